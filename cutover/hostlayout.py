@@ -1,0 +1,224 @@
+"""The on-host file layout and record formats shared by the operator side and the plugin runtime.
+
+Standard library only: the plugin imports this inside SGLang's process, where typer, ansible and paramiko
+are absent. Everything that names a path or a field of a host-side file lives here, once.
+
+    <cutover_root>/releases/<release_id>/   kernel .so + manifest.json
+    <cutover_root>/current, previous         symlinks, swapped atomically
+    <state_dir>/control.json                 ControlRecord: what the operator asks every rank to do
+    <state_dir>/phase.json                   workflow phase of this host (operator side only)
+    <state_dir>/runtime/rank-<r>.json        heartbeat of each rank
+    <state_dir>/runtime/armed-rank-<r>.json  crash-containment marker: rank armed a non-Triton mode
+    <state_dir>/stats/rank-<r>.jsonl         divergence stats per interval, per layer
+    <state_dir>/captures/                    bounded captures of the worst divergent inputs
+    <state_dir>/verdicts/<run_id>.json       shadow verdicts
+    <state_dir>/journal.jsonl                append-only audit log
+    <state_dir>/lock                         one operator at a time, with owner and expiry
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+SCHEMA_VERSION = 1
+MODES = ("triton", "shadow", "custom")
+DEFAULT_STATE_DIR = "/var/lib/cutover"
+DEFAULT_CUTOVER_ROOT = "/opt/cutover"
+STATE_DIR_ENV = "CUTOVER_STATE_DIR"
+CUTOVER_ROOT_ENV = "CUTOVER_ROOT"
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """Every host-side path, derived from the two roots (POSIX paths: hosts are Linux)."""
+
+    cutover_root: str
+    state_dir: str
+
+    def _root(self, *parts: str) -> str:
+        return str(PurePosixPath(self.cutover_root, *parts))
+
+    def _state(self, *parts: str) -> str:
+        return str(PurePosixPath(self.state_dir, *parts))
+
+    @property
+    def releases(self) -> str:
+        return self._root("releases")
+
+    def release(self, release_id: str) -> str:
+        return self._root("releases", release_id)
+
+    @property
+    def current(self) -> str:
+        return self._root("current")
+
+    @property
+    def previous(self) -> str:
+        return self._root("previous")
+
+    @property
+    def control(self) -> str:
+        return self._state("control.json")
+
+    @property
+    def phase(self) -> str:
+        return self._state("phase.json")
+
+    @property
+    def runtime(self) -> str:
+        return self._state("runtime")
+
+    def heartbeat(self, rank: int) -> str:
+        return self._state("runtime", f"rank-{rank}.json")
+
+    def armed_marker(self, rank: int) -> str:
+        return self._state("runtime", f"armed-rank-{rank}.json")
+
+    @property
+    def stats(self) -> str:
+        return self._state("stats")
+
+    def stats_file(self, rank: int) -> str:
+        return self._state("stats", f"rank-{rank}.jsonl")
+
+    @property
+    def captures(self) -> str:
+        return self._state("captures")
+
+    @property
+    def verdicts(self) -> str:
+        return self._state("verdicts")
+
+    def verdict(self, run_id: str) -> str:
+        return self._state("verdicts", f"{run_id}.json")
+
+    @property
+    def journal(self) -> str:
+        return self._state("journal.jsonl")
+
+    @property
+    def lock(self) -> str:
+        return self._state("lock")
+
+
+@dataclass
+class ControlRecord:
+    """control.json: the mode every rank must run. Rank processes apply a strictly newer generation only.
+
+    lease_expires_at is a UNIX time; None means leaseless (only triton, and custom after the watch window).
+    sample_rate N means: in shadow mode, compare every Nth verify call.
+    """
+
+    mode: str = "triton"
+    generation: int = 0
+    lease_expires_at: float | None = None
+    release_id: str | None = None
+    sample_rate: int = 1
+    set_by: str = ""
+    set_at: float = 0.0
+    reason: str = ""
+    schema: int = SCHEMA_VERSION
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"control mode {self.mode!r} is not one of {MODES}")
+        if not isinstance(self.generation, int) or self.generation < 0:
+            raise ValueError(f"control generation {self.generation!r} must be a non-negative integer")
+        if not isinstance(self.sample_rate, int) or self.sample_rate < 1:
+            raise ValueError(f"control sample_rate {self.sample_rate!r} must be an integer >= 1")
+
+    def lease_expired(self, now: float | None = None) -> bool:
+        return self.lease_expires_at is not None and (now or time.time()) >= self.lease_expires_at
+
+    def effective_mode(self, now: float | None = None) -> str:
+        """The mode a rank must run now: the requested one, or triton once the lease ran out."""
+        return "triton" if self.lease_expired(now) else self.mode
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ControlRecord":
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("control file is not a JSON object")
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        record = cls(**known)
+        record.validate()
+        return record
+
+
+@dataclass
+class Heartbeat:
+    """runtime/rank-<r>.json, rewritten by each rank's control thread at every poll."""
+
+    rank: int
+    pid: int
+    host: str
+    mode_active: str
+    generation_seen: int
+    release_id: str | None
+    kernel: str  # "cuda" or "reference (no GPU)": what actually computes the custom path
+    reason: str = ""  # why mode_active differs from what control.json asks, if it does
+    last_verify_at: float | None = None
+    counters: dict = field(default_factory=dict)
+    written_at: float = 0.0
+    schema: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Heartbeat":
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def atomic_write_text(path: str, text: str, mode: int = 0o644) -> None:
+    """Write a file so readers see the old or the new content, never a torn one (temp + fsync + rename)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def append_jsonl(path: str, record: dict) -> None:
+    """Append one JSON line with a single write (O_APPEND), so concurrent appenders never interleave."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def journal_entry(action: str, actor: str, **details) -> dict:
+    """One journal.jsonl record: when, who, what, and the action's own details."""
+    return {"ts": time.time(), "actor": actor, "action": action, **details}
+
+
+# Relative-L2 histogram of shadow divergence: bucket k counts values below REL_L2_BIN_EDGES[k] (and at or
+# above the previous edge); the last bucket counts values >= 1.0. Log-spaced, 4 buckets per decade.
+REL_L2_BIN_EDGES = tuple(10.0 ** (-6 + i / 4) for i in range(25))
