@@ -1,0 +1,280 @@
+"""Evaluate a shadow run against a gate policy: stats records + rank observations -> verdict with reasons.
+
+`StatsSummary` folds the plugin's stats records (docs/architecture.md) into per-layer totals as they arrive;
+`evaluate_shadow` checks them, together with what the operator side observed of every rank (heartbeat age,
+mode, restarts), against a `ShadowPolicy`. While the run is going (`final=False`) only the gates a breach can
+trip are checked; duration, volume and p99 are judged at the end (p99 earlier once a layer has the volume).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from checks.policy import ShadowPolicy
+from cutover.hostlayout import REL_L2_BIN_EDGES
+
+HIST_BUCKETS = len(REL_L2_BIN_EDGES) + 1
+
+
+@dataclass
+class LayerStats:
+    """Totals of one attention layer over every host and rank of a run."""
+
+    calls: int = 0
+    compared: int = 0
+    rel_l2_hist: list[int] = field(default_factory=lambda: [0] * HIST_BUCKETS)
+    rel_l2_max: float = 0.0
+    max_abs: float = 0.0
+    nonfinite_custom: int = 0
+    nonfinite_stock: int = 0
+    worst_at: str = ""  # "host rank r" where rel_l2_max was seen
+    truth_samples: int = 0
+    truth_worst: dict | None = None  # the sample with the largest err_custom / allowed ratio
+    truth_violations: int = 0
+
+    def rel_l2_p99(self) -> float | None:
+        """Upper bound of the 99th percentile from the histogram (bucket upper edge, capped by the max)."""
+        total = sum(self.rel_l2_hist)
+        if total == 0:
+            return None
+        needed = math.ceil(0.99 * total)
+        running = 0
+        for index, count in enumerate(self.rel_l2_hist):
+            running += count
+            if running >= needed:
+                upper = REL_L2_BIN_EDGES[index] if index < len(REL_L2_BIN_EDGES) else math.inf
+                return min(upper, self.rel_l2_max)
+        return self.rel_l2_max
+
+
+def _layer_sort_key(name: str) -> tuple:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+@dataclass
+class StatsSummary:
+    """Per-layer totals of the stats records of one shadow run (its generation on each host, mode shadow)."""
+
+    generations: dict[str, int]
+    truth_k: float
+    truth_floor: float
+    layers: dict[str, LayerStats] = field(default_factory=dict)
+    records: int = 0
+    ignored: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+
+    def add(self, host: str, record: dict) -> bool:
+        """Fold one stats record in; records of another generation or mode are ignored (returns False)."""
+        if record.get("generation") != self.generations.get(host) or record.get("mode") != "shadow":
+            self.ignored += 1
+            return False
+        self.records += 1
+        ts = float(record.get("ts", 0.0))
+        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        where = f"{host} rank {record.get('rank', '?')}"
+        for name, data in (record.get("layers") or {}).items():
+            layer = self.layers.setdefault(str(name), LayerStats())
+            layer.calls += int(data.get("calls", 0))
+            layer.compared += int(data.get("compared", 0))
+            hist = data.get("rel_l2_hist") or []
+            for index, count in enumerate(hist[:HIST_BUCKETS]):
+                layer.rel_l2_hist[index] += int(count)
+            rel_max = float(data.get("rel_l2_max", 0.0))
+            if _rank_value(rel_max) > _rank_value(layer.rel_l2_max):
+                layer.rel_l2_max = rel_max
+                layer.worst_at = where
+            layer.max_abs = _worse(layer.max_abs, float(data.get("max_abs", 0.0)))
+            layer.nonfinite_custom += int(data.get("nonfinite_custom", 0))
+            layer.nonfinite_stock += int(data.get("nonfinite_stock", 0))
+        for sample in record.get("truth") or []:
+            self._add_truth(where, sample)
+        return True
+
+    def _add_truth(self, where: str, sample: dict) -> None:
+        layer = self.layers.setdefault(str(sample.get("layer")), LayerStats())
+        err_custom = float(sample.get("err_custom", math.nan))
+        err_stock = float(sample.get("err_stock", math.nan))
+        allowed = self.truth_k * err_stock + self.truth_floor
+        ratio = err_custom / allowed if math.isfinite(err_custom) and math.isfinite(allowed) else math.inf
+        layer.truth_samples += 1
+        if ratio > 1.0:
+            layer.truth_violations += 1
+        if layer.truth_worst is None or ratio > layer.truth_worst["ratio"]:
+            layer.truth_worst = {"err_custom": err_custom, "err_stock": err_stock, "ratio": ratio, "at": where}
+
+    def sorted_layers(self) -> list[tuple[str, LayerStats]]:
+        return sorted(self.layers.items(), key=lambda item: _layer_sort_key(item[0]))
+
+    def totals(self) -> dict:
+        """Run-wide numbers for progress lines and reports."""
+        layers = self.layers.values()
+        worst_name, worst = max(self.layers.items(), key=lambda item: _rank_value(item[1].rel_l2_max), default=(None, None))
+        return {
+            "records": self.records,
+            "compared": sum(layer.compared for layer in layers),
+            "calls": sum(layer.calls for layer in layers),
+            "worst_rel_l2": worst.rel_l2_max if worst else None,
+            "worst_layer": worst_name,
+            "max_abs": max((layer.max_abs for layer in layers), key=_rank_value, default=0.0),
+            "nonfinite_custom": sum(layer.nonfinite_custom for layer in layers),
+            "nonfinite_stock": sum(layer.nonfinite_stock for layer in layers),
+            "truth_samples": sum(layer.truth_samples for layer in layers),
+        }
+
+
+def _rank_value(value: float) -> float:
+    """Order values so that NaN counts as the worst possible."""
+    return math.inf if math.isnan(value) else value
+
+
+def _worse(current: float, new: float) -> float:
+    return new if _rank_value(new) > _rank_value(current) else current
+
+
+@dataclass
+class RankObservation:
+    """What the operator side saw of one rank: heartbeat age, mode, restarts since the run was armed."""
+
+    host: str
+    rank: int
+    heartbeat_age_s: float | None  # None: no heartbeat at all
+    mode_active: str | None
+    restarts: int = 0
+    reason: str = ""
+
+
+@dataclass
+class GateResult:
+    gate: str
+    passed: bool
+    detail: str
+    layer: str | None = None
+    host: str | None = None
+    rank: int | None = None
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    final: bool
+    results: list[GateResult]
+
+    @property
+    def failures(self) -> list[GateResult]:
+        return [result for result in self.results if not result.passed]
+
+    def reasons(self) -> list[str]:
+        """One line per failed gate, or one line per passed gate when nothing failed."""
+        chosen = self.failures or self.results
+        return [f"{result.gate}: {result.detail}" for result in chosen]
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "final": self.final, "results": [asdict(r) for r in self.results]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Verdict":
+        return cls(passed=data["passed"], final=data["final"], results=[GateResult(**r) for r in data["results"]])
+
+
+def _exceeds(value: float, limit: float) -> bool:
+    return math.isnan(value) or value > limit
+
+
+def _layer_gates(policy: ShadowPolicy, name: str, layer: LayerStats, final: bool) -> list[GateResult]:
+    failed = []
+    if _exceeds(layer.rel_l2_max, policy.rel_l2_max):
+        failed.append(GateResult("rel_l2_max", False, f"layer {name}: worst relative L2 {layer.rel_l2_max:.3g} "
+                                 f"> {policy.rel_l2_max:.3g} (at {layer.worst_at})", layer=name))
+    p99 = layer.rel_l2_p99()
+    if p99 is not None and (final or layer.compared >= policy.min_compared_calls) and _exceeds(p99, policy.rel_l2_p99):
+        failed.append(GateResult("rel_l2_p99", False, f"layer {name}: relative L2 p99 {p99:.3g} > "
+                                 f"{policy.rel_l2_p99:.3g} over {layer.compared} compared calls", layer=name))
+    if _exceeds(layer.max_abs, policy.max_abs):
+        failed.append(GateResult("max_abs", False, f"layer {name}: max abs difference {layer.max_abs:.3g} > "
+                                 f"{policy.max_abs:.3g}", layer=name))
+    if layer.nonfinite_custom > policy.max_nonfinite:
+        failed.append(GateResult("nonfinite", False, f"layer {name}: {layer.nonfinite_custom} non-finite output "
+                                 f"values from the custom kernel (allowed {policy.max_nonfinite})", layer=name))
+    if layer.nonfinite_stock > policy.max_nonfinite:
+        failed.append(GateResult("nonfinite", False, f"layer {name}: {layer.nonfinite_stock} non-finite output "
+                                 f"values from Triton itself: the comparison is not trustworthy", layer=name))
+    if layer.truth_violations:
+        worst = layer.truth_worst
+        failed.append(GateResult("truth_anchor", False, f"layer {name}: custom error vs float64 "
+                                 f"{worst['err_custom']:.3g} > {policy.truth_anchor_k} x Triton's "
+                                 f"{worst['err_stock']:.3g} + {policy.truth_anchor_floor:.3g} "
+                                 f"({layer.truth_violations} of {layer.truth_samples} samples, worst at {worst['at']})",
+                                 layer=name))
+    return failed
+
+
+def _rank_gates(policy: ShadowPolicy, rank: RankObservation, expected_mode: str) -> list[GateResult]:
+    failed = []
+    where = dict(host=rank.host, rank=rank.rank)
+    label = f"{rank.host} rank {rank.rank}"
+    if rank.heartbeat_age_s is None:
+        failed.append(GateResult("silence", False, f"{label}: no heartbeat", **where))
+    elif rank.heartbeat_age_s > policy.max_silence_s:
+        failed.append(GateResult("silence", False, f"{label}: silent for {rank.heartbeat_age_s:.1f} s "
+                                 f"(> {policy.max_silence_s:g} s)", **where))
+    if rank.restarts > policy.max_unclean_restarts:
+        failed.append(GateResult("restart", False, f"{label}: restarted {rank.restarts} time(s) during the run "
+                                 f"(allowed {policy.max_unclean_restarts}) {rank.reason}".rstrip(), **where))
+    if rank.mode_active is not None and rank.mode_active != expected_mode:
+        why = f": {rank.reason}" if rank.reason else ""
+        failed.append(GateResult("mode", False, f"{label}: running {rank.mode_active}, not {expected_mode}{why}",
+                                 **where))
+    return failed
+
+
+def evaluate_shadow(policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankObservation],
+                    elapsed_s: float, *, final: bool, expected_mode: str = "shadow") -> Verdict:
+    """Check a shadow run against `policy`. `final=False` checks only what can breach mid-run."""
+    results: list[GateResult] = []
+    for name, layer in summary.sorted_layers():
+        results.extend(_layer_gates(policy, name, layer, final))
+    for rank in ranks:
+        results.extend(_rank_gates(policy, rank, expected_mode))
+    if final:
+        results.extend(_completion_gates(policy, summary, elapsed_s))
+    failed_gates = {result.gate for result in results}
+    for gate, text in _passed_descriptions(policy, final).items():
+        if gate not in failed_gates:
+            results.append(GateResult(gate, True, text))
+    return Verdict(passed=all(result.passed for result in results), final=final, results=results)
+
+
+def _completion_gates(policy: ShadowPolicy, summary: StatsSummary, elapsed_s: float) -> list[GateResult]:
+    failed = []
+    if elapsed_s < policy.min_duration_s:
+        failed.append(GateResult("duration", False, f"ran {elapsed_s:.0f} s, policy needs at least "
+                                 f"{policy.min_duration_s:.0f} s"))
+    if not summary.layers:
+        failed.append(GateResult("compared_calls", False, "no verify call was compared (no stats records for "
+                                 "this run: is traffic reaching the server?)"))
+    else:
+        name, layer = min(summary.sorted_layers(), key=lambda item: item[1].compared)
+        if layer.compared < policy.min_compared_calls:
+            failed.append(GateResult("compared_calls", False, f"layer {name}: {layer.compared} compared calls, "
+                                     f"policy needs at least {policy.min_compared_calls}", layer=name))
+    return failed
+
+
+def _passed_descriptions(policy: ShadowPolicy, final: bool) -> dict[str, str]:
+    texts = {
+        "rel_l2_max": f"every layer's worst relative L2 <= {policy.rel_l2_max:.3g}",
+        "max_abs": f"every layer's max abs difference <= {policy.max_abs:.3g}",
+        "nonfinite": f"non-finite outputs <= {policy.max_nonfinite}",
+        "truth_anchor": f"custom error vs float64 <= {policy.truth_anchor_k} x Triton's + {policy.truth_anchor_floor:.3g}",
+        "silence": f"every rank heartbeating within {policy.max_silence_s:g} s",
+        "restart": f"restarts <= {policy.max_unclean_restarts}",
+        "mode": "every rank running the requested mode",
+    }
+    if final:
+        texts["rel_l2_p99"] = f"every layer's relative L2 p99 <= {policy.rel_l2_p99:.3g}"
+        texts["duration"] = f"ran at least {policy.min_duration_s:.0f} s"
+        texts["compared_calls"] = f"every layer compared at least {policy.min_compared_calls} calls"
+    return texts

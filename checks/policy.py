@@ -1,0 +1,160 @@
+"""Gate policies: load a YAML file, validate every field, and say exactly which file and field is wrong.
+
+A policy file may set any subset of the fields of `checks/policies/default.yml`; fields it leaves out keep
+the default's value. Unknown fields are refused (a misspelt threshold must never silently fall back to the
+default). See docs/gates.md for what each threshold means and how the defaults were calibrated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from cutover.errors import ConfigError
+
+DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.yml"
+POLICY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShadowPolicy:
+    """Thresholds a shadow run must meet. Divergence thresholds apply to every layer separately."""
+
+    min_duration_s: float
+    min_compared_calls: int
+    rel_l2_p99: float
+    rel_l2_max: float
+    max_abs: float
+    max_nonfinite: int
+    truth_anchor_k: float
+    truth_anchor_floor: float
+    max_silence_s: float
+    max_unclean_restarts: int
+
+
+@dataclass(frozen=True)
+class PromotePolicy:
+    """How `cutover promote` watches a host after flipping it to custom, against the shadow baseline."""
+
+    watch_minutes: float
+    probe_interval_s: float
+    max_failed_probes: int
+    min_verify_rate_ratio: float
+    max_new_errors: int
+    min_accept_length_ratio: float
+
+
+@dataclass(frozen=True)
+class Policy:
+    source: str
+    shadow: ShadowPolicy
+    promote: PromotePolicy
+
+
+# Per field: (python type, lower bound, lower bound inclusive?). Floats must be finite.
+_BOUNDS = {
+    "min_duration_s": (float, 0.0, True),
+    "min_compared_calls": (int, 0, True),
+    "rel_l2_p99": (float, 0.0, False),
+    "rel_l2_max": (float, 0.0, False),
+    "max_abs": (float, 0.0, False),
+    "max_nonfinite": (int, 0, True),
+    "truth_anchor_k": (float, 1.0, True),
+    "truth_anchor_floor": (float, 0.0, True),
+    "max_silence_s": (float, 0.0, False),
+    "max_unclean_restarts": (int, 0, True),
+    "watch_minutes": (float, 0.0, False),
+    "probe_interval_s": (float, 0.0, False),
+    "max_failed_probes": (int, 1, True),
+    "min_verify_rate_ratio": (float, 0.0, True),
+    "max_new_errors": (int, 0, True),
+    "min_accept_length_ratio": (float, 0.0, True),
+}
+_SECTIONS = {"shadow": ShadowPolicy, "promote": PromotePolicy}
+
+
+def _fail(source: str, field: str, problem: str) -> ConfigError:
+    return ConfigError(
+        f"policy {source}: field '{field}' {problem}",
+        hint=f"edit '{field}' in {source} (see {DEFAULT_POLICY_PATH.name} and docs/gates.md for the meaning)",
+    )
+
+
+def _check_value(source: str, dotted: str, name: str, value: object) -> float | int:
+    kind, low, inclusive = _BOUNDS[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(source, dotted, f"must be a number, got {value!r}")
+    if kind is int and (not float(value).is_integer()):
+        raise _fail(source, dotted, f"must be a whole number, got {value!r}")
+    if not math.isfinite(value):
+        raise _fail(source, dotted, f"must be finite, got {value!r}")
+    if value < low or (value == low and not inclusive):
+        relation = ">=" if inclusive else ">"
+        raise _fail(source, dotted, f"must be {relation} {low}, got {value!r}")
+    return kind(value)
+
+
+def _read_yaml(path: Path) -> dict:
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"policy {source}: file not found", hint="pass an existing file to --policy") from None
+    except OSError as exc:
+        raise ConfigError(f"policy {source}: cannot read it ({exc.strerror})", hint="check the path and its permissions") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"policy {source}: not valid YAML ({exc})", hint="fix the YAML syntax") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise _fail(source, "<top level>", "must be a mapping with sections 'shadow' and/or 'promote'")
+    return data
+
+
+def _validated_values(path: Path) -> dict[str, dict]:
+    """Every field the file sets, validated, as {section: {field: value}}."""
+    source = str(path)
+    data = _read_yaml(path)
+    version = data.pop("version", POLICY_VERSION)
+    if version != POLICY_VERSION:
+        raise _fail(source, "version", f"must be {POLICY_VERSION}, got {version!r}")
+    values: dict[str, dict] = {}
+    for section, body in data.items():
+        if section not in _SECTIONS:
+            raise _fail(source, str(section), f"is not a known section (known: {', '.join(_SECTIONS)})")
+        if not isinstance(body, dict):
+            raise _fail(source, section, "must be a mapping of field: value")
+        known = {f.name for f in fields(_SECTIONS[section])}
+        values[section] = {}
+        for name, value in body.items():
+            dotted = f"{section}.{name}"
+            if name not in known:
+                raise _fail(source, dotted, f"is not a known field of '{section}' (known: {', '.join(sorted(known))})")
+            values[section][name] = _check_value(source, dotted, name, value)
+    return values
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Load the default policy, overlaid with the fields `path` sets (if given); validate the result."""
+    merged = _validated_values(DEFAULT_POLICY_PATH)
+    source = str(DEFAULT_POLICY_PATH)
+    if path is not None:
+        source = str(path)
+        for section, body in _validated_values(Path(path)).items():
+            merged.setdefault(section, {}).update(body)
+    built = {}
+    for section, cls in _SECTIONS.items():
+        body = merged.get(section, {})
+        missing = [f.name for f in fields(cls) if f.name not in body]
+        if missing:
+            raise _fail(str(DEFAULT_POLICY_PATH), f"{section}.{missing[0]}", "is missing from the default policy")
+        built[section] = cls(**body)
+    shadow = built["shadow"]
+    if shadow.rel_l2_p99 > shadow.rel_l2_max:
+        raise _fail(source, "shadow.rel_l2_p99", f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})")
+    return Policy(source=source, shadow=shadow, promote=built["promote"])

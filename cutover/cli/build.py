@@ -1,0 +1,49 @@
+"""`cutover build`: compile the kernel into a release directory with its manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cutover import release
+from cutover.cli import common
+
+
+def build(
+    ctx: typer.Context,
+    arch: Annotated[Optional[list[str]], typer.Option(
+        "--arch", help="Target arch, repeatable (e.g. --arch sm_120) [default: sm_90a and sm_120].")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", envvar=release.RELEASES_DIR_ENV, show_default=False,
+        help="Releases directory [default: the config's releases_dir, else dist/releases].")] = None,
+    nvcc: Annotated[Optional[str], typer.Option("--nvcc", envvar="CUTOVER_NVCC",
+                                                help="nvcc to use [default: nvcc on PATH].")] = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+) -> None:
+    """Compile kernel_ext for the target archs into <out>/<release_id>/ with a manifest (sha256 of every
+    file, archs, nvcc version, minimum driver, ABI version, source-tree hash). Same sources, archs and nvcc
+    give the same release id; building it again changes nothing."""
+    options = common.merged(ctx, config_file=config_file, json_out=json_out, verbose=verbose)
+    settings = common.config.load_settings(options.config)
+    out_dir = out or release.releases_dir(settings.releases_dir)
+    if not options.json:
+        common.console.print(f"building the kernel for {', '.join(arch or ['the default archs'])} ...")
+    result = release.build_release(out_dir, arch, nvcc, operator=settings.operator)
+    rel = result.release
+    if options.json:
+        common.print_json({"release_id": rel.release_id, "path": str(rel.path), "built": result.built,
+                           "manifest": rel.manifest})
+    elif result.built:
+        common.console.print(f"built release {rel.release_id} at {rel.path} "
+                             f"(archs {', '.join(rel.manifest['archs'])}, nvcc {rel.manifest['nvcc_version']})")
+    else:
+        common.console.print(f"release {rel.release_id} is already built at {rel.path} "
+                             f"(same sources, archs and nvcc): nothing to do")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(build)

@@ -1,0 +1,52 @@
+"""`cutover promote`: custom kernel live, host by host, canary first, each under a guarded watch."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from checks.policy import load_policy
+from cutover.cli import common
+from cutover.cli.shadow import LeaseOpt, PolicyOpt
+from cutover.workflow.promote import PromoteOptions, run_promote
+from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
+
+
+def promote(
+    ctx: typer.Context,
+    watch_minutes: Annotated[Optional[float], typer.Option(
+        "--watch-minutes", min=0.05, show_default=False,
+        help="Watch window per host before it goes leaseless [default: the policy's, 10 minutes].")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Promote even without a passed shadow of the staged release (journaled).")] = False,
+    policy: PolicyOpt = None,
+    lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
+    inventory: common.InventoryOpt = None,
+    limit: common.LimitOpt = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+) -> None:
+    """Promote the staged release to serve live traffic: refused unless it passed shadow on every target.
+    Hosts go one at a time, canary first: flip to custom with ack under a lease, watch health, verify-step
+    rate and error counters against the shadow baseline; a regression rolls that host back and stops.
+    After a clean window the host runs custom without a lease. Already promoted hosts are left alone."""
+    options = PromoteOptions(policy=load_policy(policy), watch_minutes=watch_minutes, force=force,
+                             lease_ttl_s=lease_ttl)
+    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say)
+    if c.options.json:
+        common.print_json({"hosts": [vars(r) for r in results]})
+        return
+    table = Table("host", "result", "detail", title="promote")
+    for result in results:
+        table.add_row(result.host, result.outcome, result.detail)
+    common.console.print(table)
+    if all(r.outcome == "already promoted" for r in results):
+        common.console.print("already promoted on every host: nothing changed")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(promote)

@@ -1,0 +1,57 @@
+"""`cutover rollback`: every rank back to Triton now, with acknowledgement."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from cutover import rollback as rollback_lib
+from cutover.cli import common
+from cutover.errors import HostError
+
+
+def rollback(
+    ctx: typer.Context,
+    to: Annotated[Optional[str], typer.Option(
+        "--to", help="`previous`: also switch the current release back to the previous one.")] = None,
+    uninstall: Annotated[bool, typer.Option("--uninstall", help="Also remove the plugin from the serving environment.")] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in each host's journal).")] = "operator rollback",
+    inventory: common.InventoryOpt = None,
+    limit: common.LimitOpt = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+    yes: common.YesOpt = False,
+) -> None:
+    """Flip every rank of every host back to SGLang's Triton kernel now and wait for each rank's
+    acknowledgement. Direct over SSH (or local files), through Ansible if that fails; needs no local state.
+    A host already on Triton is a success. Never blocked by another operator's lock (the override is
+    journaled); --to previous and --uninstall respect it."""
+    if to not in (None, "previous"):
+        raise typer.BadParameter("the only supported target is `previous`", param_hint="--to")
+    c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
+    results = rollback_lib.rollback_hosts(
+        c.inventory, c.hosts, c.settings, reason=reason, to_previous=to == "previous", uninstall=uninstall,
+        say=c.say, verbose=c.options.verbose,
+        confirm_restart=lambda names: c.confirm(f"Restart serving on {', '.join(names)} to load the change?"))
+    if c.options.json:
+        common.print_json({"hosts": [vars(r) for r in results]})
+    else:
+        table = Table("host", "result", "path", "generation", "detail", title="rollback to triton")
+        for r in results:
+            result = ("[green]ok[/green]" if r.ok else "[red]failed[/red]")
+            table.add_row(r.name, result, r.path, str(r.generation if r.generation is not None else "-"),
+                          "; ".join(r.messages))
+        common.console.print(table)
+        if all(r.ok and r.already_triton for r in results):
+            common.console.print("every host was already on triton: nothing changed (acknowledgements confirmed)")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise HostError("rollback incomplete on " + ", ".join(f"{r.name} ({'; '.join(r.messages)})" for r in failed),
+                        hint="re-run `cutover rollback` (it is idempotent); a leased mode also expires to triton by itself")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(rollback)

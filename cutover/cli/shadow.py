@@ -1,0 +1,119 @@
+"""`cutover shadow`: run Triton and the custom kernel side by side under a lease, with live gates."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from checks.policy import load_policy
+from cutover.cli import common
+from cutover.errors import ConfigError
+from cutover.workflow.load import load_spec
+from cutover.workflow.runstore import REPORTS_DIR_ENV
+from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, Progress, ShadowOptions, run_shadow
+
+PLAIN_PROGRESS_EVERY_S = 10.0
+
+PolicyOpt = Annotated[Optional[str], typer.Option(
+    "--policy", envvar="CUTOVER_POLICY", show_default=False,
+    help="Gate policy YAML; fields it sets override checks/policies/default.yml.")]
+ReportsOpt = Annotated[Optional[str], typer.Option(
+    "--reports-dir", envvar=REPORTS_DIR_ENV, show_default=False,
+    help="Where runs and reports are kept locally [default: ./reports].")]
+LeaseOpt = Annotated[float, typer.Option(
+    "--lease-ttl", envvar="CUTOVER_LEASE_TTL_S", min=2.0,
+    help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost).")]
+
+
+def _duration_s(hours: float | None, minutes: float | None) -> float:
+    if (hours is None) == (minutes is None):
+        raise ConfigError("give exactly one of --hours or --minutes", hint="e.g. `cutover shadow --hours 2`")
+    value = hours * 3600 if hours is not None else minutes * 60
+    if value <= 0:
+        raise ConfigError(f"the shadow duration must be positive, got {value:g} s", hint="e.g. --minutes 2")
+    return value
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _headline(p: Progress) -> str:
+    t = p.totals
+    worst = "-" if t["worst_rel_l2"] is None else f"{t['worst_rel_l2']:.3g} (layer {t['worst_layer']})"
+    return (f"shadow {p.run_id}: {_clock(p.elapsed_s)} elapsed, {_clock(p.duration_s - p.elapsed_s)} left | "
+            f"compared {t['compared']} | worst rel-L2 {worst} | non-finite custom/Triton "
+            f"{t['nonfinite_custom']}/{t['nonfinite_stock']} | truth samples {t['truth_samples']}")
+
+
+def _render(p: Progress) -> Group:
+    table = Table("host", "rank", "mode", "heartbeat age", "restarts", "note")
+    for rank in p.ranks:
+        age = "none" if rank.heartbeat_age_s is None else f"{rank.heartbeat_age_s:.1f} s"
+        table.add_row(rank.host, str(rank.rank), rank.mode_active or "-", age, str(rank.restarts),
+                      p.host_errors.get(rank.host) or rank.reason)
+    parts = [_headline(p), table]
+    if p.load:
+        parts.append("load: " + "; ".join(f"{h}: sent {c['sent']} ok {c['ok']} failed {c['failed']} skipped "
+                                          f"{c['skipped']}" for h, c in p.load.items()))
+    return Group(*parts)
+
+
+def shadow(
+    ctx: typer.Context,
+    hours: Annotated[Optional[float], typer.Option("--hours", help="Shadow for this many hours.")] = None,
+    minutes: Annotated[Optional[float], typer.Option("--minutes", help="Shadow for this many minutes.")] = None,
+    sample_rate: Annotated[int, typer.Option("--sample-rate", min=1, help="Compare every Nth verify call.")] = 1,
+    policy: PolicyOpt = None,
+    load: Annotated[Optional[str], typer.Option(
+        "--load", help="Drive prompts from this YAML file at the servers' /generate during the run.")] = None,
+    lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
+    reports_dir: ReportsOpt = None,
+    inventory: common.InventoryOpt = None,
+    limit: common.LimitOpt = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+) -> None:
+    """Shadow the staged release: every verify step runs Triton AND the custom kernel, divergence is gated
+    live. A breach rolls every target back to Triton at once and exits non-zero; Ctrl-C returns them to
+    Triton cleanly. The verdict is stored on the hosts and locally, and the report path is printed."""
+    options = ShadowOptions(duration_s=_duration_s(hours, minutes), policy=load_policy(policy),
+                            sample_rate=sample_rate, lease_ttl_s=lease_ttl,
+                            load=load_spec(load) if load else None, reports_dir=reports_dir)
+    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    c.say(f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
+          f"{options.policy.source} (lease {lease_ttl:g} s)")
+    live_terminal = not c.options.json and sys.stdout.isatty()
+    if live_terminal:
+        with Live(console=common.console, refresh_per_second=2, transient=False) as live:
+            outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=lambda p: live.update(_render(p)))
+    else:
+        last = [0.0]
+
+        def plain(p: Progress) -> None:
+            if time.monotonic() - last[0] >= PLAIN_PROGRESS_EVERY_S:
+                last[0] = time.monotonic()
+                c.say(_headline(p))
+
+        outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=plain)
+    record = outcome.record
+    if c.options.json:
+        common.print_json({"run_id": record.run_id, "outcome": record.outcome, "reasons": record.reasons,
+                           "release_id": record.release_id, "report": str(outcome.report.markdown)})
+        return
+    c.say(f"shadow run {record.run_id} PASSED for release {record.release_id} on {', '.join(record.hosts)}")
+    for reason in record.reasons:
+        c.say(f"  {reason}")
+    c.say(f"report: {outcome.report.markdown}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(shadow)

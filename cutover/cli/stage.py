@@ -1,0 +1,66 @@
+"""`cutover stage`: push a built release to the hosts (preflight, copy, verify, switch, state, restart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from cutover import deploy, release
+from cutover.cli import common
+from cutover.errors import HostError
+
+
+def stage(
+    ctx: typer.Context,
+    release_ref: Annotated[Optional[str], typer.Option(
+        "--release", help="Release directory or id [default: the last `cutover build`].")] = None,
+    releases: Annotated[Optional[Path], typer.Option(
+        "--releases-dir", envvar=release.RELEASES_DIR_ENV, show_default=False,
+        help="Where release ids are looked up [default: the config's releases_dir, else dist/releases].")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report what would change, change nothing.")] = False,
+    inventory: common.InventoryOpt = None,
+    limit: common.LimitOpt = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+    yes: common.YesOpt = False,
+) -> None:
+    """Stage a kernel release on the hosts: lock, preflight (GPU arch, driver, serving env, disk), copy and
+    verify sha256 on the host, switch current/previous, install the plugin, control.json in mode triton,
+    and restart serving only where it does not run this release yet and you agree (--yes or a prompt).
+    Canary first. Staging the same release again changes nothing."""
+    c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
+    rel = release.find_release(release_ref, releases or release.releases_dir(c.settings.releases_dir))
+    c.say(f"staging release {rel.release_id} on {', '.join(h.name for h in c.hosts)}"
+          + (" (check mode: nothing will change)" if check else ""))
+    report = deploy.stage_release(
+        c.inventory, c.hosts, c.settings, rel, check=check, say=c.say, verbose=c.options.verbose,
+        confirm_restart=lambda names: c.confirm(
+            f"Restart serving on {', '.join(names)} so it loads release {rel.release_id}?"))
+    if c.options.json:
+        common.print_json({"release_id": report.release_id, "check": check,
+                           "restart_declined": report.restart_declined,
+                           "hosts": [vars(h) for h in report.hosts]})
+    else:
+        table = Table("host", "result", "changed", "restarted", "detail", title=f"stage {report.release_id}")
+        for line in report.hosts:
+            table.add_row(line.name, line.outcome, str(line.changed), "yes" if line.restarted else "no",
+                          line.message)
+        common.console.print(table)
+        if report.restart_declined:
+            common.console.print(
+                f"not restarted: {', '.join(report.restart_declined)} keep serving their loaded release "
+                f"(mode triton); run `cutover stage --yes` to restart them")
+        if all(h.outcome == "already staged" for h in report.hosts):
+            common.console.print(f"release {report.release_id} is already staged on every host: nothing changed")
+    if report.failed:
+        raise HostError("stage did not complete on " + ", ".join(
+            f"{h.name} ({h.outcome}: {h.message})" for h in report.failed),
+            hint="hosts not named here are staged; fix the cause and run `cutover stage` again (it is safe)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(stage)

@@ -1,0 +1,109 @@
+"""`cutover status`: phase, modes, ranks, release, lease, lock, journal, verdict and divergence per host."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.table import Table
+
+from cutover import hoststatus
+from cutover.cli import common
+from cutover.errors import HostError
+
+
+def _age(seconds) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _lease(status: dict) -> str:
+    left = status["lease_remaining_s"]
+    if left is None:
+        return "none"
+    return f"{left:.0f}s left" if left > 0 else f"expired {-left:.0f}s ago"
+
+
+def _lock(lock) -> str:
+    if not lock:
+        return "free"
+    left = lock["remaining_s"]
+    return f"{lock['owner']} ({lock['action']}, " + (f"{left:.0f}s left)" if left > 0 else "expired)")
+
+
+def _journal(entry) -> str:
+    if not entry:
+        return "-"
+    when = time.strftime("%m-%d %H:%M:%S", time.localtime(entry.get("ts", 0)))
+    return f"{when} {entry.get('action')} by {entry.get('actor')}"
+
+
+def _verdict(verdict) -> str:
+    if not verdict:
+        return "-"
+    return " ".join(str(verdict[k]) for k in ("verdict", "run_id", "release_id") if verdict.get(k))
+
+
+def _hosts_table(statuses: list[dict]) -> Table:
+    table = Table("host", "phase", "requested", "ranks active", "current release", "lease", "lock",
+                  "last journal", "verdict", title="cutover status")
+    for s in statuses:
+        if not s["reachable"]:
+            table.add_row(s["host"], "[red]unreachable[/red]", "-", s["error"].splitlines()[0], "", "", "", "", "")
+            continue
+        modes = sorted({r["mode_active"] for r in s["ranks"] if r["live"]})
+        live = sum(r["live"] for r in s["ranks"])
+        active = f"{live}/{len(s['ranks'])} {', '.join(modes)}" if live else "no serving process"
+        requested = (f"{s['requested_mode']} (gen {s['generation']})" if s["requested_mode"]
+                     else s["control_error"] or "no control file")
+        if s["effective_mode"] and s["effective_mode"] != s["requested_mode"]:
+            requested += f" -> {s['effective_mode']} (lease expired)"
+        table.add_row(s["host"], s["phase"]["phase"], requested, active, s["current_release"] or "-", _lease(s),
+                      _lock(s["lock"]), _journal(s["last_journal"]), _verdict(s["verdict"]))
+    return table
+
+
+def _ranks_table(statuses: list[dict]) -> Table:
+    table = Table("host", "rank", "active", "gen seen", "release", "heartbeat", "kernel", "rel L2 max",
+                  "max abs", "non-finite", title="ranks")
+    for s in statuses:
+        if not s["reachable"]:
+            continue
+        for r in s["ranks"]:
+            div = s["divergence"].get(str(r["rank"])) or {}
+            beat = ("none" if r["heartbeat_age_s"] is None
+                    else _age(r["heartbeat_age_s"]) + ("" if r["live"] else " (stale)"))
+            table.add_row(s["host"], str(r["rank"]), r["mode_active"] or "-", str(r["generation_seen"] or "-"),
+                          r["release_id"] or "-", beat, r["kernel"] or "-",
+                          f"{div['rel_l2_max']:.2e}" if div.get("rel_l2_max") is not None else "-",
+                          f"{div['max_abs']:.2e}" if div.get("max_abs") is not None else "-",
+                          str(div.get("nonfinite", "-")))
+    return table
+
+
+def status(
+    ctx: typer.Context,
+    inventory: common.InventoryOpt = None,
+    limit: common.LimitOpt = None,
+    config_file: common.ConfigOpt = None,
+    json_out: common.JsonOpt = False,
+    verbose: common.VerboseOpt = False,
+) -> None:
+    """Show each host's phase, requested mode, the mode active on every rank (from heartbeats) with
+    heartbeat age, release, lease remaining, lock, last journal entry, latest verdict and recent divergence.
+    Read-only. Exits 4 if a host cannot be reached (the others are still shown)."""
+    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    statuses = [hoststatus.host_status(host, c.settings) for host in c.hosts]
+    if c.options.json:
+        common.print_json({"hosts": statuses})
+    else:
+        common.console.print(_hosts_table(statuses))
+        common.console.print(_ranks_table(statuses))
+    unreachable = [s for s in statuses if not s["reachable"]]
+    if unreachable:
+        raise HostError("; ".join(s["error"].splitlines()[0] for s in unreachable))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(status)

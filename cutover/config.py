@@ -1,0 +1,311 @@
+"""Inventory and operator-config loading; every message names the file and the field.
+
+An inventory is an Ansible YAML inventory (groups with `hosts`, `vars`, `children`). cutover reads the
+variables it needs itself (architecture.md lists them), validates them, and hands Ansible a resolved copy,
+so the CLI and the playbooks always agree on every path. Variables cutover reads may use `~` and `$VAR`
+(expanded on this machine, for `ansible_connection: local` hosts only) but no Jinja templating; other
+variables pass through to Ansible untouched.
+
+The operator config (`--config`, default `~/.config/cutover/config.yml` when it exists) holds settings of
+the operator's side: who they are, lock and ack timings, where releases are built.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from cutover import resources
+from cutover.errors import ConfigError
+from cutover.hostlayout import HostPaths
+
+SERVING_KINDS = ("sglang", "sandbox")
+NO_GPU = "none"
+ARCH_PATTERN = re.compile(r"^sm_\d{2,3}a?$")
+DEFAULT_INVENTORY = "inventories/local.yml"
+DEFAULT_CONFIG = "~/.config/cutover/config.yml"
+# Variables whose values cutover reads itself: they must be literal (no Jinja).
+PATH_VARS = ("cutover_root", "cutover_state_dir", "serving_python")
+OPERATOR_PATH_VARS = ("cutover_known_hosts", "ansible_ssh_private_key_file", "cutover_plugin_wheel")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One target host with its merged, validated variables (all < groups < host)."""
+
+    name: str
+    vars: dict
+    inventory_file: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.vars.get("ansible_connection") == "local"
+
+    @property
+    def paths(self) -> HostPaths:
+        return HostPaths(cutover_root=self.vars["cutover_root"], state_dir=self.vars["cutover_state_dir"])
+
+    @property
+    def tp_size(self) -> int:
+        return self.vars["tp_size"]
+
+    @property
+    def serving_kind(self) -> str:
+        return self.vars["serving_kind"]
+
+    @property
+    def gpu_arch(self) -> str:
+        return self.vars["gpu_arch"]
+
+    @property
+    def address(self) -> str:
+        return str(self.vars.get("ansible_host", self.name))
+
+    @property
+    def serving_address(self) -> str:
+        """Where the serving process's HTTP endpoints listen (default: the SSH address)."""
+        return str(self.vars.get("serving_address", self.address))
+
+    @property
+    def port(self) -> int:
+        return int(self.vars.get("ansible_port", 22))
+
+    @property
+    def user(self) -> str | None:
+        return self.vars.get("ansible_user")
+
+    @property
+    def key_file(self) -> str | None:
+        return self.vars.get("ansible_ssh_private_key_file")
+
+    @property
+    def known_hosts(self) -> str:
+        return self.vars.get("cutover_known_hosts") or os.path.expanduser("~/.ssh/known_hosts")
+
+    @property
+    def connect_timeout_s(self) -> float:
+        return float(self.vars.get("cutover_connect_timeout_s", 10))
+
+    @property
+    def start_timeout_s(self) -> float:
+        """How long a (re)started serving process may take to heartbeat with the new release."""
+        default = 900 if self.serving_kind == "sglang" else 120
+        return float(self.vars.get("serving_start_timeout_s", default))
+
+    @property
+    def manages_plugin(self) -> bool:
+        """Whether stage installs (and rollback --uninstall removes) the plugin wheel on this host."""
+        return bool(self.vars.get("cutover_install_plugin", False))
+
+
+@dataclass
+class Inventory:
+    """Hosts in rollout order (a host with `cutover_canary: true` first, then inventory order)."""
+
+    path: Path
+    hosts: list[Host]
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+    def select(self, limit: str | None) -> list[Host]:
+        """Hosts matching `--limit` (comma- or colon-separated host or group names), in rollout order."""
+        if not limit:
+            return list(self.hosts)
+        wanted: set[str] = set()
+        for token in filter(None, re.split(r"[,:]", limit)):
+            token = token.strip()
+            if token in self.groups:
+                wanted.update(self.groups[token])
+            elif any(h.name == token for h in self.hosts):
+                wanted.add(token)
+            else:
+                known = ", ".join(h.name for h in self.hosts)
+                raise ConfigError(
+                    f"--limit {limit!r}: {token!r} is neither a host nor a group of {self.path}",
+                    hint=f"use one of the hosts ({known}) or groups ({', '.join(sorted(self.groups))})",
+                )
+        return [h for h in self.hosts if h.name in wanted]
+
+    def ansible_inventory(self, hosts: list[Host]) -> dict:
+        """The resolved inventory handed to Ansible: one flat group, hosts in rollout order."""
+        return {"all": {"hosts": {h.name: dict(h.vars) for h in hosts}}}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-side settings (the --config file)."""
+
+    operator: str
+    lock_ttl_s: float = 1800.0
+    ack_timeout_s: float = 30.0
+    heartbeat_stale_s: float = 10.0
+    releases_dir: str = "dist/releases"
+    source: str | None = None
+
+
+def default_operator() -> str:
+    """`$CUTOVER_OPERATOR`, else user@machine: the name other operators see on the lock."""
+    return os.environ.get("CUTOVER_OPERATOR") or f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def load_settings(path: str | None) -> Settings:
+    """Read the operator config; a missing default file means defaults, a missing explicit one is an error."""
+    explicit = path is not None
+    file = Path(os.path.expanduser(path or DEFAULT_CONFIG))
+    if not file.exists():
+        if explicit:
+            raise ConfigError(f"config file {file} does not exist", hint="pass an existing file to --config")
+        return Settings(operator=default_operator())
+    data = _read_yaml(file)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the config must be a mapping of settings, found {type(data).__name__}")
+    known = {"operator", "lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s", "releases_dir"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{file}: unknown field {unknown[0]!r}", hint=f"known fields: {', '.join(sorted(known))}")
+    for name in ("lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s"):
+        if name in data and (not isinstance(data[name], (int, float)) or data[name] <= 0):
+            raise ConfigError(f"{file}: field {name!r} must be a positive number of seconds, found {data[name]!r}")
+    for name in ("operator", "releases_dir"):
+        if name in data and (not isinstance(data[name], str) or not data[name]):
+            raise ConfigError(f"{file}: field {name!r} must be a non-empty string, found {data[name]!r}")
+    data.setdefault("operator", default_operator())
+    return Settings(**data, source=str(file))
+
+
+def resolve_inventory_path(path: str | None) -> Path:
+    """The inventory file: as given, else the packaged copy of the same name (so the default always works)."""
+    given = Path(os.path.expanduser(path or DEFAULT_INVENTORY))
+    if given.exists():
+        return given
+    if not given.is_absolute():
+        packaged = resources.inventories_dir() / given.name
+        if given.parent.name in ("inventories", "") and packaged.exists():
+            return packaged
+    raise ConfigError(
+        f"inventory file {given} does not exist",
+        hint="pass an existing inventory with --inventory/-i (packaged: "
+        + ", ".join(p.name for p in sorted(resources.inventories_dir().glob("*.yml")))
+        + ")",
+    )
+
+
+def load_inventory(path: str | None) -> Inventory:
+    """Load, merge and validate an Ansible YAML inventory."""
+    file = resolve_inventory_path(path)
+    data = _read_yaml(file)
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{file}: an inventory must be a mapping of groups (e.g. `all:`), found {data!r}")
+    hosts: dict[str, dict] = {}
+    order: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for group_name, group in data.items():
+        _walk_group(file, str(group_name), group, {}, hosts, order, groups)
+    if not order:
+        raise ConfigError(f"{file}: field 'hosts': the inventory declares no host")
+    resolved = [_validated_host(file, name, hosts[name]) for name in order]
+    resolved.sort(key=lambda h: not h.vars.get("cutover_canary", False))
+    return Inventory(path=file, hosts=resolved, groups=groups)
+
+
+def _read_yaml(file: Path):
+    try:
+        return yaml.safe_load(file.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+
+
+def _walk_group(file, name, group, inherited, hosts, order, groups) -> list[str]:
+    if group is None:
+        group = {}
+    if not isinstance(group, dict):
+        raise ConfigError(f"{file}: group {name!r} must be a mapping with hosts/vars/children")
+    unknown = sorted(set(group) - {"hosts", "vars", "children"})
+    if unknown:
+        raise ConfigError(
+            f"{file}: group {name!r}: unknown field {unknown[0]!r}",
+            hint="a group holds only `hosts`, `vars` and `children`; put variables under `vars`",
+        )
+    group_vars = group.get("vars") or {}
+    if not isinstance(group_vars, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'vars' must be a mapping")
+    merged = {**inherited, **group_vars}
+    members: list[str] = []
+    group_hosts = group.get("hosts") or {}
+    if not isinstance(group_hosts, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'hosts' must be a mapping of host names to variables")
+    for host_name, host_vars in group_hosts.items():
+        host_name = str(host_name)
+        if host_vars is not None and not isinstance(host_vars, dict):
+            raise ConfigError(f"{file}: host {host_name!r}: its variables must be a mapping")
+        if host_name not in hosts:
+            hosts[host_name] = {}
+            order.append(host_name)
+        hosts[host_name] = {**merged, **hosts[host_name], **(host_vars or {})}
+        members.append(host_name)
+    children = group.get("children") or {}
+    if not isinstance(children, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'children' must be a mapping of groups")
+    for child_name, child in children.items():
+        members.extend(_walk_group(file, str(child_name), child, merged, hosts, order, groups))
+    groups[name] = sorted(set(groups.get(name, []) + members))
+    return members
+
+
+def _validated_host(file: Path, name: str, values: dict) -> Host:
+    def bad(field_name: str, problem: str, hint: str | None = None) -> ConfigError:
+        return ConfigError(f"{file}: host {name!r}: field {field_name!r} {problem}", hint=hint)
+
+    values = dict(values)
+    local = values.get("ansible_connection") == "local"
+    for key in PATH_VARS + OPERATOR_PATH_VARS + ("serving_kind", "gpu_arch", "tp_size"):
+        if isinstance(values.get(key), str) and "{{" in values[key]:
+            raise bad(key, "uses Jinja templating, which cutover does not evaluate", "write a literal value (~ and $VAR are expanded for local hosts)")
+    for key in ("cutover_root", "cutover_state_dir"):
+        if not isinstance(values.get(key), str) or not values[key]:
+            raise bad(key, "is missing", "set it in the host's or a group's vars (see docs/architecture.md)")
+    if local:
+        values.setdefault("serving_python", sys.executable)
+        for key in PATH_VARS:
+            values[key] = os.path.abspath(os.path.expandvars(os.path.expanduser(values[key])))
+    for key in OPERATOR_PATH_VARS:
+        if isinstance(values.get(key), str):
+            values[key] = os.path.abspath(os.path.expandvars(os.path.expanduser(values[key])))
+    for key in PATH_VARS:
+        if key in values and not str(values[key]).startswith("/"):
+            raise bad(key, f"must be an absolute path on the host, found {values[key]!r}")
+    if values.get("serving_kind") not in SERVING_KINDS:
+        raise bad("serving_kind", f"must be one of {', '.join(SERVING_KINDS)}, found {values.get('serving_kind')!r}")
+    tp = values.get("tp_size")
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise bad("tp_size", f"must be a positive integer (ranks on the host), found {tp!r}")
+    arch = values.get("gpu_arch")
+    if arch != NO_GPU and not (isinstance(arch, str) and ARCH_PATTERN.match(arch)):
+        raise bad("gpu_arch", f"must look like sm_120 or be {NO_GPU!r} (no GPU), found {arch!r}")
+    if arch == NO_GPU and values["serving_kind"] != "sandbox":
+        raise bad("gpu_arch", "is 'none', which only a sandbox host may declare", "set the host's real arch (e.g. sm_120)")
+    if "serving_port" in values and not isinstance(values["serving_port"], int):
+        raise bad("serving_port", f"must be an integer port, found {values['serving_port']!r}")
+    if values["serving_kind"] == "sglang" and not (values.get("serving_service") or values.get("serving_restart_command")):
+        raise bad("serving_service", "is missing", "name the systemd unit of SGLang, or set serving_restart_command")
+    if values["serving_kind"] == "sandbox" and not values.get("serving_restart_command"):
+        raise bad("serving_restart_command", "is missing", "a sandbox host needs the command that (re)starts the sandbox")
+    if values.get("cutover_install_plugin") and not values.get("cutover_plugin_wheel"):
+        raise bad("cutover_plugin_wheel", "is missing", "cutover_install_plugin is true: name the plugin wheel to install "
+                  "(build it with `pip wheel --no-deps -w dist/wheels .`)")
+    if not local and not values.get("serving_python"):
+        raise bad("serving_python", "is missing", "set the python of the serving environment on the host")
+    values.setdefault("ansible_python_interpreter", "auto_silent")
+    return Host(name=name, vars=values, inventory_file=str(file))

@@ -1,0 +1,159 @@
+"""`cutover stage`: lock, preflight, stage through Ansible, restart where agreed, journal, unlock.
+
+Every host change happens inside playbooks/preflight.yml and playbooks/stage.yml (canary first); this
+module decides what to ask of them and reports per host from Ansible's stats and events. A host that cannot
+be reached is named and left out; the others go on. A failure half-way leaves the host in mode triton with
+either the old or the new release current, never a half-copied one, and a re-run completes it.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cutover import ansible
+from cutover.config import Host, Inventory, Settings
+from cutover.errors import CutoverError, HostError
+from cutover.hoststate import HostState, LockRecord
+from cutover.release import Release
+from cutover.transport import open_transport
+
+
+@dataclass
+class HostStage:
+    name: str
+    outcome: str = "pending"  # staged | already staged | would stage | unchanged (check) | failed | unreachable
+    changed: int = 0
+    restarted: bool = False
+    message: str = ""
+
+
+@dataclass
+class StageReport:
+    release_id: str
+    check: bool
+    hosts: list[HostStage] = field(default_factory=list)
+    restart_declined: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[HostStage]:
+        return [h for h in self.hosts if h.outcome in ("failed", "unreachable")]
+
+
+def preflight_message(outcome: ansible.HostOutcome) -> str:
+    """'host X: fact: expected E, found F' for each failed check, from the module's structured result."""
+    checks = outcome.failed_result.get("checks") or []
+    failed = [c for c in checks if not c.get("ok")]
+    if not failed:
+        return f"host {outcome.name}: {outcome.message}"
+    return "\n".join(f"host {outcome.name}: {c['fact']}: expected {c['expected']}, found {c['found']}"
+                     + (f" ({c['note']})" if c.get("note") else "") for c in failed)
+
+
+def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, release: Release, *,
+                  check: bool, confirm_restart: Callable[[list[str]], bool], say: Callable[[str], None],
+                  verbose: bool = False) -> StageReport:
+    """Stage `release` on `hosts` (rollout order). Raises before changing anything if a host's phase or
+    lock forbids it or preflight fails; per-host failures of the stage itself are in the report."""
+    report = StageReport(release.release_id, check, [HostStage(h.name) for h in hosts])
+    by_name = {h.name: h for h in report.hosts}
+    states: dict[str, HostState] = {}
+    locks: dict[str, LockRecord] = {}
+    with ExitStack() as stack:
+        for host in hosts:
+            try:
+                transport = stack.enter_context(open_transport(host))
+            except HostError as err:
+                by_name[host.name].outcome, by_name[host.name].message = "unreachable", err.message
+                say(f"[red]{err.message}[/red]: leaving it out")
+                continue
+            states[host.name] = HostState(host, transport, settings)
+        stack.callback(_release_locks, states, locks)
+        for name, state in states.items():
+            state.check_phase("staged")
+            if not check:
+                locks[name] = state.acquire_lock("stage", settings.lock_ttl_s)
+        reachable = [h for h in hosts if h.name in states]
+        if not reachable:
+            return report
+        restart = _hosts_to_restart(states, release.release_id)
+        if restart and not check:
+            if confirm_restart(restart):
+                say(f"will restart serving on {', '.join(restart)} to load {release.release_id}")
+            else:
+                report.restart_declined = restart
+                restart = []
+        manifest = release.manifest
+        preflight = ansible.run_playbook(
+            "preflight.yml", inventory, reachable, check=check, verbose=verbose,
+            extravars={"cutover_release_archs": manifest["archs"],
+                       "cutover_release_min_driver": manifest["min_driver"]})
+        if not preflight.ok:
+            problems = "\n".join(preflight_message(o) if not o.unreachable else
+                                 f"host {o.name} is unreachable: {o.message}" for o in preflight.failed())
+            if not check:
+                for outcome in preflight.failed():
+                    if outcome.name in states and not outcome.unreachable:
+                        states[outcome.name].journal("stage_refused", release_id=release.release_id,
+                                                     stage="preflight", reason=problems)
+            raise HostError(f"preflight failed; nothing was changed:\n{problems}",
+                            hint="fix the host or rebuild the release for it, then run `cutover stage` again")
+        for host in reachable:
+            for check_result in preflight.hosts[host.name].facts.get("cutover_preflight", {}).get("checks", []):
+                if check_result.get("note") and check_result.get("ok"):
+                    say(f"{host.name}: {check_result['note']}")
+        result = ansible.run_playbook(
+            "stage.yml", inventory, reachable, check=check, verbose=verbose,
+            extravars={
+                "cutover_release_id": release.release_id,
+                "cutover_release_src": str(release.path.resolve()),
+                "cutover_release_files": manifest["files"],
+                "cutover_operator": settings.operator,
+                "cutover_restart_hosts": restart,
+                "cutover_heartbeat_stale_s": settings.heartbeat_stale_s,
+            })
+        for host in reachable:
+            _record(by_name[host.name], result.hosts[host.name], host.name in restart, check)
+            if not check and not result.hosts[host.name].unreachable:
+                _journal(states[host.name], by_name[host.name], release.release_id)
+    return report
+
+
+def _hosts_to_restart(states: dict[str, HostState], release_id: str) -> list[str]:
+    """Hosts whose serving process (if any) does not have this release loaded on every rank."""
+    return [name for name, state in states.items() if state.serving_release() != release_id]
+
+
+def _record(line: HostStage, outcome: ansible.HostOutcome, restarting: bool, check: bool) -> None:
+    line.changed = outcome.changed
+    if outcome.unreachable:
+        line.outcome, line.message = "unreachable", outcome.message or ""
+    elif not outcome.ok:
+        line.outcome = "failed"
+        line.message = (f"task '{outcome.failed_task}': {outcome.message}" if outcome.failed_task
+                        else "not run: the rollout stopped at an earlier host (canary first)")
+    elif check:
+        line.outcome = "would change" if outcome.changed else "unchanged"
+    else:
+        line.outcome = "staged" if outcome.changed else "already staged"
+        line.restarted = restarting
+
+
+def _journal(state: HostState, line: HostStage, release_id: str) -> None:
+    try:
+        if line.outcome == "failed":
+            state.journal("stage_refused", release_id=release_id, stage="stage", reason=line.message)
+        else:
+            state.journal("stage", release_id=release_id, outcome=line.outcome, changed=line.changed,
+                          restarted=line.restarted)
+    except CutoverError as err:
+        line.message = (line.message + "; " if line.message else "") + f"journal not written: {err.message}"
+
+
+def _release_locks(states: dict[str, HostState], locks: dict[str, LockRecord]) -> None:
+    for name, lock in locks.items():
+        try:
+            states[name].release_lock(lock)
+        except CutoverError:
+            pass  # the lock expires on its own

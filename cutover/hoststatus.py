@@ -1,0 +1,67 @@
+"""`cutover status`: what every host and every rank is doing now, read over the fast path (read-only)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from cutover.config import Host, Settings
+from cutover.errors import CutoverError
+from cutover.hoststate import HostState
+from cutover.transport import open_transport
+
+
+def host_status(host: Host, settings: Settings) -> dict:
+    """One host's state as a JSON-ready dict; an unreachable host gives {"reachable": False, "error": ...}."""
+    now = time.time()
+    try:
+        with open_transport(host) as transport:
+            state = HostState(host, transport, settings)
+            return _read(host, state, transport, now)
+    except CutoverError as err:
+        return {"host": host.name, "reachable": False, "error": str(err)}
+
+
+def _read(host: Host, state: HostState, transport, now: float) -> dict:
+    phase = state.read_phase()
+    try:
+        control = state.read_control()
+        control_error = None
+    except CutoverError as err:
+        control, control_error = None, err.message
+    lock = state.read_lock()
+    ranks = []
+    for view in state.ranks(now):
+        beat = view.heartbeat
+        ranks.append({
+            "rank": view.rank,
+            "live": view.fresh,
+            "heartbeat_age_s": round(view.age_s, 1) if view.age_s is not None else None,
+            "mode_active": beat.mode_active if beat else None,
+            "generation_seen": beat.generation_seen if beat else None,
+            "release_id": beat.release_id if beat else None,
+            "kernel": beat.kernel if beat else None,
+            "reason": beat.reason if beat else None,
+            "pid": beat.pid if beat else None,
+        })
+    current = transport.readlink(host.paths.current)
+    previous = transport.readlink(host.paths.previous)
+    return {
+        "host": host.name,
+        "reachable": True,
+        "phase": asdict(phase),
+        "requested_mode": control.mode if control else None,
+        "effective_mode": control.effective_mode(now) if control else None,
+        "generation": control.generation if control else None,
+        "lease_remaining_s": (round(control.lease_expires_at - now, 1)
+                              if control and control.lease_expires_at is not None else None),
+        "control_error": control_error,
+        "current_release": current.rsplit("/", 1)[-1] if current else None,
+        "previous_release": previous.rsplit("/", 1)[-1] if previous else None,
+        "serving": any(r["live"] for r in ranks),
+        "ranks": ranks,
+        "lock": ({**asdict(lock), "remaining_s": round(lock.expires_at - now, 1)} if lock else None),
+        "last_journal": state.last_journal_entry(),
+        "verdict": state.latest_verdict(),
+        "divergence": {str(rank): summary for rank, summary in state.recent_divergence().items()},
+    }

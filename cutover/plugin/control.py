@@ -1,0 +1,211 @@
+"""The per-rank control protocol: read control.json, decide the mode, contain crashes, heartbeat.
+
+Rules (docs/plugin.md, "Control protocol"):
+
+* control.json is re-read at every poll. A strictly newer generation is applied (mode, sample rate); the same
+  generation only moves the lease (renewal); an older one is ignored.
+* Lease expiry forces triton. So do a missing or corrupt control file. Each such forced fallback sticks for
+  that generation: re-arming needs a newer generation (an explicit operator action), so a lease that comes
+  back to life, or a file that reappears, never silently re-arms a rank.
+* Crash containment: arming shadow/custom writes runtime/armed-rank-<r>.json first; going back to triton
+  and a clean process exit remove it. A process that starts and finds the marker comes up in triton, says
+  why in the heartbeat (reason + counters["unclean_restart"] = 1), and refuses any generation up to the
+  armed one. A newer generation re-arms (the operator asked again after the crash); deleting the marker by
+  hand has the same effect on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+
+log = logging.getLogger("cutover.plugin")
+
+POLL_INTERVAL_S = 0.2
+
+
+@dataclass
+class Decision:
+    mode: str
+    sample_rate: int
+    reason: str
+
+
+class ControlState:
+    """What a rank runs, derived from successive control-file reads (no I/O here)."""
+
+    def __init__(self, refuse_up_to_generation: int | None = None, unclean_reason: str = ""):
+        self.generation_seen = -1
+        self.applied: ControlRecord | None = None
+        self.lease_expires_at: float | None = None
+        self.forced_triton_generation: int | None = None  # a fallback sticks for this generation
+        self.forced_reason = ""
+        self.refuse_up_to = refuse_up_to_generation
+        self.unclean_reason = unclean_reason
+        self.unavailable = ""  # set when this process cannot run the custom path at all
+
+    def observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:
+        """Fold one read of control.json (``record``, or None with ``problem``) into a decision."""
+        decision = self._observe(record, problem, now)
+        if decision.mode != "triton" and self.unavailable:
+            return Decision("triton", 1, f"custom path unavailable: {self.unavailable}")
+        return decision
+
+    def _observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:
+        if record is None:
+            return self._force(f"{problem}; running triton until a newer generation arrives")
+        if record.generation > self.generation_seen:
+            self.generation_seen = record.generation
+            self.applied = record
+            self.forced_triton_generation = None
+            self.forced_reason = ""
+        elif record.generation < self.generation_seen:
+            log.warning("cutover: control.json generation %s is older than %s; ignored",
+                        record.generation, self.generation_seen)
+        if record.generation == self.generation_seen:
+            self.lease_expires_at = record.lease_expires_at  # renewal: same generation, later lease
+        if self.forced_triton_generation == self.generation_seen:
+            return Decision("triton", 1, self.forced_reason)
+        applied = self.applied
+        if applied.mode == "triton":
+            return Decision("triton", applied.sample_rate, "")
+        if self.refuse_up_to is not None and applied.generation <= self.refuse_up_to:
+            return Decision("triton", 1, self.unclean_reason)
+        if self.lease_expires_at is not None and now >= self.lease_expires_at:
+            return self._force(f"lease of generation {applied.generation} ({applied.mode}) expired at "
+                               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.lease_expires_at))}; "
+                               "running triton until a newer generation arrives")
+        return Decision(applied.mode, applied.sample_rate, "")
+
+    def _force(self, reason: str) -> Decision:
+        self.forced_triton_generation = self.generation_seen
+        self.forced_reason = reason
+        return Decision("triton", 1, reason)
+
+
+def read_control(path: str) -> tuple[ControlRecord | None, str]:
+    """(record, "") or (None, why it cannot be used)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None, f"control file {path} is missing"
+    except OSError as exc:
+        return None, f"control file {path} unreadable: {exc}"
+    try:
+        return ControlRecord.from_json(text), ""
+    except (ValueError, TypeError) as exc:
+        return None, f"control file {path} is corrupt: {exc}"
+
+
+class ArmedMarker:
+    """runtime/armed-rank-<r>.json: present while this rank runs shadow or custom."""
+
+    def __init__(self, paths: HostPaths, rank: int):
+        self.path = paths.armed_marker(rank)
+
+    def read(self) -> dict | None:
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+            return data if isinstance(data, dict) else {"generation": None}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {"generation": None}  # unreadable marker: still an unclean exit
+
+    def arm(self, mode: str, generation: int) -> None:
+        atomic_write_text(self.path, json.dumps({"pid": os.getpid(), "mode": mode, "generation": generation,
+                                                 "armed_at": time.time()}, sort_keys=True))
+
+    def disarm(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def unclean_exit_state(marker: dict | None) -> ControlState:
+    """The starting ControlState: normal, or refusing up to the generation a crashed process had armed."""
+    if marker is None:
+        return ControlState()
+    generation = marker.get("generation")
+    refuse = generation if isinstance(generation, int) else 2**62
+    reason = (f"previous process (pid {marker.get('pid', '?')}) exited uncleanly while armed in "
+              f"{marker.get('mode', '?')} at generation {generation}; staying on triton until a newer "
+              "generation is written")
+    return ControlState(refuse_up_to_generation=refuse, unclean_reason=reason)
+
+
+class ControlLoop:
+    """Daemon thread: poll, apply, drain, heartbeat. ``apply(mode, sample_rate, new_generation)`` switches
+    the device; ``tick(decision, now)`` drains stats and writes the heartbeat."""
+
+    def __init__(self, paths: HostPaths, rank: int, apply: Callable[[Decision, bool], None],
+                 tick: Callable[[ControlState, Decision], None], poll_s: float = POLL_INTERVAL_S):
+        self.paths = paths
+        self.rank = rank
+        self.marker = ArmedMarker(paths, rank)
+        self.startup_marker = self.marker.read()
+        self.state = unclean_exit_state(self.startup_marker)
+        self._apply = apply
+        self._tick = tick
+        self.poll_s = poll_s
+        self.mode_active = "triton"
+        self.sample_rate = 1
+        self.applied_generation = -1
+        self._owns_marker = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self, now: float | None = None) -> Decision:
+        record, problem = read_control(self.paths.control)
+        decision = self.state.observe(record, problem, time.time() if now is None else now)
+        new_generation = self.state.generation_seen != self.applied_generation
+        if new_generation or decision.mode != self.mode_active or decision.sample_rate != self.sample_rate:
+            self._switch(decision, new_generation)
+        self._tick(self.state, decision)
+        return decision
+
+    def _switch(self, decision: Decision, new_generation: bool) -> None:
+        if decision.mode != "triton":
+            self.marker.arm(decision.mode, self.state.generation_seen)
+            self._owns_marker = True
+        self._apply(decision, new_generation)
+        self.mode_active = decision.mode
+        self.sample_rate = decision.sample_rate
+        self.applied_generation = self.state.generation_seen
+        refused = self.state.refuse_up_to is not None and self.state.generation_seen <= self.state.refuse_up_to
+        if decision.mode == "triton" and not refused:
+            self.marker.disarm()  # back on triton by request (or past the crashed generation)
+            self._owns_marker = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"cutover-control-{self.rank}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # noqa: BLE001 - keep polling; the heartbeat says what failed
+                log.warning("cutover: control poll failed: %s: %s", type(exc).__name__, exc)
+            self._stop.wait(self.poll_s)
+
+    def stop(self, clean: bool = True) -> None:
+        """Stop polling; on a clean stop return the device to triton and remove the armed marker."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        if clean and self.mode_active != "triton":
+            self._apply(Decision("triton", 1, "process exiting"), False)
+            self.mode_active = "triton"
+        if clean and self._owns_marker:
+            self.marker.disarm()  # a marker left by a crashed predecessor stays: its evidence is not ours

@@ -1,0 +1,118 @@
+"""The graph-safe verify dispatch that replaces ``backend.extend_attention_fwd``.
+
+A call is a target-verify call only inside ``verify_site(layer_id)``, which the ``forward_extend`` hook
+opens when ``forward_batch.forward_mode.is_target_verify()`` (and the sandbox opens around its verify
+steps). Every other call goes straight to SGLang's kernel. For a verify call, always the same launches,
+whatever the mode (so one captured graph serves every mode):
+
+    gate(layer)                      bumps the call counter, writes enable flags and qo_indptr_gated
+    ours -> o        enable=serve    custom mode: our kernel serves the output
+    ours -> scratch  enable=sample   shadow mode, sampled call: our kernel into a preallocated scratch
+    stock(qo_indptr_gated)           SGLang's kernel; an empty extend (custom mode) does no work
+    epilogue(o, scratch, sample)     shadow accounting into the layer's device counters
+
+If our kernel does not serve the call shape (returns False: a static decision made from shapes, dtypes and
+flags, hence the same at capture and at every replay), stock runs with the real qo_indptr and nothing else
+is launched: that shape is Triton in every mode, and the heartbeat counts it under ``fallback_shapes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+
+import torch
+
+from cutover.plugin.kernels import O_INDEX, QO_INDPTR_INDEX, replace_arg
+
+log = logging.getLogger("cutover.plugin")
+
+MIN_POSITIONAL_ARGS = 13  # q .. max_len_extend: SGLang passes at least these positionally in every version
+
+_verify_layer: contextvars.ContextVar[int | None] = contextvars.ContextVar("cutover_verify_layer", default=None)
+
+
+@contextlib.contextmanager
+def verify_site(layer_id: int | None):
+    """Mark the calls made inside as target-verify attention of ``layer_id`` (None: not a verify call)."""
+    token = _verify_layer.set(layer_id)
+    try:
+        yield
+    finally:
+        _verify_layer.reset(token)
+
+
+def current_verify_layer() -> int | None:
+    return _verify_layer.get()
+
+
+def _is_capturing(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+class ScratchBuffers:
+    """Grow-only device buffers for the gated qo_indptr and the shadow output; views per call.
+
+    A bigger request allocates a new buffer and retires (keeps) the old one, because graphs captured earlier
+    still point into it. SGLang captures its largest batch first, so in practice this allocates once.
+    """
+
+    def __init__(self):
+        self._current: dict[tuple, torch.Tensor] = {}
+        self._retired: list[torch.Tensor] = []
+
+    def like(self, kind: str, tensor: torch.Tensor) -> torch.Tensor:
+        key = (kind, tensor.dtype, tensor.device)
+        buffer = self._current.get(key)
+        count = tensor.numel()
+        if buffer is None or buffer.numel() < count:
+            if buffer is not None:
+                self._retired.append(buffer)
+            buffer = torch.empty(max(count, 1), dtype=tensor.dtype, device=tensor.device)
+            self._current[key] = buffer
+        return buffer[:count].view(tensor.shape)
+
+
+class VerifyDispatcher:
+    """Callable stand-in for ``extend_attention_fwd`` on one backend; see the module docstring."""
+
+    def __init__(self, stock, runtime):
+        self.stock = stock
+        self.runtime = runtime
+        self.__wrapped__ = stock
+
+    def __call__(self, *args, **kwargs):
+        layer = _verify_layer.get()
+        runtime = self.runtime
+        if layer is None or not runtime.active or len(args) < MIN_POSITIONAL_ARGS:
+            return self.stock(*args, **kwargs)
+        slots = runtime.state.slots(layer)
+        if slots is None or args[QO_INDPTR_INDEX].device != runtime.state.device:
+            runtime.note_problem(f"layer {layer}: outside the plugin's layer table or device; served by Triton")
+            return self.stock(*args, **kwargs)
+        return self._verify(layer, slots, args, kwargs)
+
+    def _verify(self, layer, slots, args, kwargs):
+        runtime = self.runtime
+        kernels = runtime.kernels
+        o, qo_indptr = args[O_INDEX], args[QO_INDPTR_INDEX]
+        gated = runtime.buffers.like("qo_indptr", qo_indptr)
+        scratch = runtime.buffers.like("o", o)
+        kernels.gate(slots.gate, qo_indptr, gated, slots.enable)
+        try:
+            served = kernels.custom(args, kwargs, o, slots.serve)
+            shadowed = served and kernels.custom(args, kwargs, scratch, slots.sample)
+        except Exception as exc:  # noqa: BLE001 - a refusing or broken custom path falls back to Triton
+            runtime.note_problem(f"custom kernel raised {type(exc).__name__}: {exc}; this shape stays on Triton")
+            served = shadowed = False
+        if not served:
+            runtime.note_fallback_shape(tuple(o.shape), o.dtype)
+            slots.calls.add_(1.0)
+            return self.stock(*args, **kwargs)
+        result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
+        if shadowed:
+            kernels.epilogue(o, scratch, slots.sample, slots.counters, runtime.state.bin_edges)
+            if not _is_capturing(o):
+                runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample)
+        return result

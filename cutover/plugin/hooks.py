@@ -1,0 +1,189 @@
+"""SGLang hooks: where the plugin attaches, version-adaptively (SGLang 0.5.11 .. 0.5.23).
+
+Two AROUND hooks through ``sglang.srt.plugins.hook_registry.HookRegistry``:
+
+* ``TritonAttnBackend.__init__``: after the original, ``install_on_backend`` wraps the instance attribute
+  ``self.extend_attention_fwd`` (set in ``__init__`` in every supported version, from
+  ``sglang.kernels.ops.attention.extend_attention`` in 0.5.16+ or
+  ``sglang.srt.layers.attention.triton_ops.extend_attention`` in 0.5.11-0.5.15; wrapping the attribute
+  serves both layouts without importing either);
+* ``TritonAttnBackend.forward_extend``: runs the original inside ``verify_site(layer.layer_id)`` when
+  ``forward_batch.forward_mode.is_target_verify()``, else inside ``verify_site(None)``.
+
+Why a flag from ``forward_extend`` rather than guessing from the kernel's arguments: a non-None
+``custom_mask`` also reaches the kernel outside target verify (draft extend with a tree mask), and the kernel's
+arguments carry no layer id, which the per-layer shadow counters need. The flag is read while SGLang captures
+a CUDA graph, so each captured graph bakes in its own (static) answer; the target-verify graphs contain the
+switch, all others contain SGLang's kernel alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import logging
+import os
+import threading
+
+from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT, DEFAULT_STATE_DIR, STATE_DIR_ENV, HostPaths
+from cutover.plugin.dispatch import VerifyDispatcher, verify_site
+
+log = logging.getLogger("cutover.plugin")
+
+BACKEND_MODULE = "sglang.srt.layers.attention.triton_backend"
+BACKEND_CLASS = "TritonAttnBackend"
+STOCK_KERNEL_MODULES = (
+    "sglang.kernels.ops.attention.extend_attention",  # 0.5.16+
+    "sglang.srt.layers.attention.triton_ops.extend_attention",  # 0.5.11-0.5.15
+)
+RANK_ENV = "CUTOVER_RANK"
+
+_runtime = None
+_runtime_lock = threading.Lock()
+
+
+def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEND_CLASS}") -> None:
+    """Register both AROUND hooks on ``backend_path`` (SGLang's TritonAttnBackend; the sandbox passes its
+    stand-in) with ``registry`` (default: SGLang's HookRegistry)."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    if registry is None:
+        from sglang.srt.plugins.hook_registry import HookRegistry as registry
+    registry.register(f"{backend_path}.__init__", around_backend_init, HookType.AROUND)
+    registry.register(f"{backend_path}.forward_extend", around_forward_extend, HookType.AROUND)
+
+
+def around_backend_init(original, backend, *args, **kwargs):
+    """AROUND TritonAttnBackend.__init__: build the backend, then wrap its extend kernel (never raises)."""
+    result = original(backend, *args, **kwargs)
+    model_runner = kwargs.get("model_runner", args[0] if args else None)
+    try:
+        install_on_backend(backend, runtime_for_process(model_runner))
+    except Exception as exc:  # noqa: BLE001 - this rank keeps SGLang's kernel
+        log.warning("cutover: backend left on Triton: %s: %s", type(exc).__name__, exc)
+    return result
+
+
+def around_forward_extend(original, backend, *args, **kwargs):
+    """AROUND TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, ...): mark verify calls."""
+    layer_id = None
+    try:
+        layer = kwargs["layer"] if "layer" in kwargs else args[3]
+        forward_batch = kwargs["forward_batch"] if "forward_batch" in kwargs else args[4]
+        if forward_batch.forward_mode.is_target_verify():
+            layer_id = int(layer.layer_id)
+    except Exception:  # noqa: BLE001 - an unexpected call form is simply not a verify call for us
+        layer_id = None
+    with verify_site(layer_id):
+        return original(backend, *args, **kwargs)
+
+
+def install_on_backend(backend, runtime) -> bool:
+    """Wrap ``backend.extend_attention_fwd`` with the verify dispatcher (idempotent). The one install point:
+    SGLang's hook and the sandbox's stand-in backend both call it. False when the backend has no such
+    attribute (then it is left untouched and the reason logged)."""
+    import torch
+
+    stock = getattr(backend, "extend_attention_fwd", None)
+    if stock is None:
+        log.warning("cutover: %s has no extend_attention_fwd; left on Triton", type(backend).__name__)
+        return False
+    if isinstance(getattr(backend, "_cutover_dispatcher", None), VerifyDispatcher):
+        return True
+    dispatcher = runtime.wrap(stock)
+    backend._cutover_dispatcher = dispatcher
+    # like SGLang's own kernels: never traced by torch.compile (the dispatcher is launch glue, not math)
+    backend.extend_attention_fwd = torch.compiler.disable(dispatcher)
+    runtime.start()
+    return True
+
+
+def _rank_of(model_runner) -> int:
+    for name in ("tp_rank", "gpu_id"):
+        value = getattr(model_runner, name, None)
+        if isinstance(value, int):
+            return value
+    if os.environ.get(RANK_ENV, "").isdigit():
+        return int(os.environ[RANK_ENV])
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _device_of(model_runner):
+    import torch
+
+    device = getattr(model_runner, "device", None)
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def host_paths_from_env() -> HostPaths:
+    return HostPaths(cutover_root=os.environ.get(CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT),
+                     state_dir=os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR))
+
+
+def runtime_for_process(model_runner):
+    """This process's runtime (one per rank process: the target and the draft backend share it)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            from cutover.plugin.runtime import PluginRuntime
+
+            _runtime = PluginRuntime(host_paths_from_env(), _rank_of(model_runner), _device_of(model_runner))
+        return _runtime
+
+
+def resolve_stock_kernel():
+    """(SGLang's extend_attention_fwd, module name) from whichever layout the installed SGLang has."""
+    problems = []
+    for name in STOCK_KERNEL_MODULES:
+        try:
+            return importlib.import_module(name).extend_attention_fwd, name
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{name}: {exc}")
+    raise ImportError("SGLang's extend_attention_fwd not found in any known layout: " + "; ".join(problems))
+
+
+def hook_target_problems(backend_source: str) -> list[str]:
+    """What ``triton_backend.py`` source lacks for our hooks (empty list: every target is there).
+
+    Checks: class TritonAttnBackend; its ``__init__`` assigns ``self.extend_attention_fwd``; its
+    ``forward_extend`` takes (q, k, v, layer, forward_batch, ...) and reaches ``self.extend_attention_fwd``
+    (directly or through a helper method of the class); ``is_target_verify`` is used.
+    """
+    tree = ast.parse(backend_source)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == BACKEND_CLASS), None)
+    if cls is None:
+        return [f"class {BACKEND_CLASS} not found"]
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    problems = []
+
+    def assigns_attr(fn):
+        return any(isinstance(t, ast.Attribute) and t.attr == "extend_attention_fwd"
+                   for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets)
+
+    def calls(fn):
+        return {n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+
+    if "__init__" not in methods or not assigns_attr(methods["__init__"]):
+        problems.append("__init__ does not set self.extend_attention_fwd")
+    forward = methods.get("forward_extend")
+    if forward is None:
+        problems.append("forward_extend not found")
+    else:
+        params = [a.arg for a in forward.args.args[:6]]
+        if params != ["self", "q", "k", "v", "layer", "forward_batch"]:
+            problems.append(f"forward_extend parameters are {params}, expected self, q, k, v, layer, forward_batch")
+        reached = calls(forward)
+        reached |= {c for helper in list(reached) if helper in methods for c in calls(methods[helper])}
+        if "extend_attention_fwd" not in reached:
+            problems.append("forward_extend does not call self.extend_attention_fwd")
+    if "is_target_verify" not in backend_source:
+        problems.append("is_target_verify is not used")
+    return problems

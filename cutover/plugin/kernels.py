@@ -1,0 +1,143 @@
+"""Which kernels compute the custom path: the CUDA kernel (kernel_ext) or, without a GPU, the torch reference.
+
+Both present one interface to the dispatcher:
+
+* ``gate(gate_row, qo_indptr, qo_indptr_gated, enable)``: the captured gate (see devicestate.torch_gate);
+* ``custom(args, kwargs, out, enable) -> bool``: our kernel on SGLang's positional ``args`` with ``o``
+  replaced by ``out``; it exits at once when ``enable[0] == 0``; False means "this call shape is not served"
+  and depends only on shapes, dtypes and flags, so it is the same at capture time and at every replay;
+* ``epilogue(o_stock, o_custom, sample, counters, bin_edges)``: the shadow accounting;
+* ``label``: what computes the custom path, as heartbeats and stats name it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+import torch
+
+from cutover.plugin.devicestate import torch_gate, torch_shadow_epilogue
+
+CUDA_LABEL = "cuda"
+REFERENCE_LABEL = "reference (no GPU)"
+O_INDEX, QO_INDPTR_INDEX = 3, 6  # positions of o_extend and qo_indptr in extend_attention_fwd's arguments
+
+
+class KernelUnavailable(Exception):
+    """The custom path cannot run in this process; the message says why (logged once, rank stays on Triton)."""
+
+
+def replace_arg(args: tuple, index: int, value) -> tuple:
+    """``args`` with one positional argument swapped (a small tuple, no device memory)."""
+    return args[:index] + (value,) + args[index + 1 :]
+
+
+class CudaKernels:
+    """kernel_ext's CUDA kernel, gate and (when the release has one) fused shadow epilogue."""
+
+    label = CUDA_LABEL
+
+    def __init__(self, kernel_ext_module):
+        self._verify_attention = kernel_ext_module.verify_attention
+        self._fused_gate = getattr(kernel_ext_module, "verify_gate", None)
+        self._fused_epilogue = getattr(kernel_ext_module, "shadow_epilogue", None)
+
+    def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
+        if self._fused_gate is not None:
+            self._fused_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
+        else:
+            torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
+
+    def custom(self, args, kwargs, out, enable) -> bool:
+        return bool(self._verify_attention(*replace_arg(args, O_INDEX, out), enable=enable, **kwargs))
+
+    def epilogue(self, o_stock, o_custom, sample, counters, bin_edges) -> None:
+        if self._fused_epilogue is not None:
+            self._fused_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+        else:
+            torch_shadow_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+
+
+class ReferenceKernels:
+    """The torch split-K reference as the custom kernel (machines without a GPU), same interface.
+
+    There is no graph on the CPU, so ``custom`` may read ``enable`` on the host; when disabled it still answers
+    whether the call shape is served (kernel_ext.reference.unserved_feature), as the CUDA kernel does.
+    """
+
+    label = REFERENCE_LABEL
+
+    def __init__(self):
+        from kernel_ext import reference
+
+        self._splitk = reference.splitk_extend_attention_fwd
+        self._unserved = reference.unserved_feature
+        self._signature = inspect.signature(reference.splitk_extend_attention_fwd)
+        self._unserved_params = set(inspect.signature(reference.unserved_feature).parameters)
+
+    def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
+        torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
+
+    def served(self, args, kwargs) -> bool:
+        bound = self._signature.bind(*args, **kwargs).arguments
+        return self._unserved(**{k: v for k, v in bound.items() if k in self._unserved_params}) is None
+
+    def custom(self, args, kwargs, out, enable) -> bool:
+        if not int(enable[0]):
+            return self.served(args, kwargs)
+        return bool(self._splitk(*replace_arg(args, O_INDEX, out), **kwargs))
+
+    def epilogue(self, o_stock, o_custom, sample, counters, bin_edges) -> None:
+        torch_shadow_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+
+
+def _cuda_arch_problem(device: torch.device, release_dir: str | None) -> str | None:
+    """Why the release cannot run on this GPU (arch not built), or None."""
+    if not release_dir:
+        return None
+    manifest_path = os.path.join(release_dir, "manifest.json")
+    try:
+        with open(manifest_path) as handle:
+            archs = json.load(handle).get("archs") or []
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"release manifest {manifest_path} unreadable: {exc}"
+    major, minor = torch.cuda.get_device_capability(device)
+    here = major * 10 + minor
+    for arch in archs:
+        digits = "".join(ch for ch in str(arch) if ch.isdigit())
+        if not digits:
+            continue
+        if str(arch).startswith("sm_") and int(digits) == here:
+            return None
+        if str(arch).startswith("compute_") and int(digits) <= here:
+            return None  # PTX: JIT-compiled for this GPU
+    return f"GPU arch sm_{here} is not in the release's archs {archs}"
+
+
+def select_kernels(device: torch.device, release_dir: str | None):
+    """The kernel set for ``device``; raises KernelUnavailable with the reason when there is none."""
+    if device.type != "cuda":
+        try:
+            return ReferenceKernels()
+        except ImportError as exc:
+            raise KernelUnavailable(f"torch reference kernels not importable: {exc}") from exc
+    problem = _cuda_arch_problem(device, release_dir)
+    if problem:
+        raise KernelUnavailable(problem)
+    try:
+        import kernel_ext
+    except ImportError as exc:
+        raise KernelUnavailable(f"kernel library not importable: {exc}") from exc
+    if not hasattr(kernel_ext, "verify_attention"):
+        raise KernelUnavailable("kernel_ext has no verify_attention (kernel library missing from this install)")
+    loader = getattr(kernel_ext, "load_library", None)
+    if loader is not None and release_dir:
+        try:
+            loader(release_dir)
+        except Exception as exc:  # noqa: BLE001 - any load failure keeps the rank on Triton
+            raise KernelUnavailable(f"kernel library in {release_dir} did not load: {exc}") from exc
+    return CudaKernels(kernel_ext)

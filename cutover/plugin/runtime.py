@@ -1,0 +1,150 @@
+"""One rank's plugin runtime: device state, kernels, control thread, stats drain, audit, heartbeat."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import time
+
+import torch
+
+from cutover.hostlayout import Heartbeat, HostPaths, atomic_write_text
+from cutover.plugin.audit import Audit
+from cutover.plugin.captures import CaptureStore
+from cutover.plugin.control import ControlLoop, ControlState, Decision
+from cutover.plugin.devicestate import DeviceState
+from cutover.plugin.dispatch import ScratchBuffers, VerifyDispatcher
+from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
+from cutover.plugin.stats import StatsDrain
+
+log = logging.getLogger("cutover.plugin")
+
+DRAIN_INTERVAL_S = 1.0
+IDLE_STATS_INTERVAL_S = 60.0  # triton/custom: calls-only lines this often; shadow: every drain
+
+
+def current_release(paths: HostPaths) -> tuple[str | None, str | None]:
+    """(release_id, release_dir) that ``<cutover_root>/current`` points to, or (None, None)."""
+    if not os.path.islink(paths.current) and not os.path.isdir(paths.current):
+        return None, None
+    target = os.path.realpath(paths.current)
+    return os.path.basename(target), target
+
+
+class PluginRuntime:
+    """Everything the plugin does in one rank process. ``active`` is False when the custom path cannot run
+    (the reason is logged once and kept in the heartbeat); the dispatcher then passes every call through."""
+
+    def __init__(self, paths: HostPaths, rank: int, device: torch.device | str, *,
+                 kernels=None, poll_s: float | None = None, audit_interval_s: float = 1.0):
+        self.paths = paths
+        self.rank = rank
+        self.device = torch.device(device)
+        self.host = socket.gethostname()
+        self.release_id, release_dir = current_release(paths)
+        self.unavailable = ""
+        if kernels is None:
+            try:
+                kernels = select_kernels(self.device, release_dir)
+            except KernelUnavailable as exc:
+                self.unavailable = str(exc)
+                log.warning("cutover: rank %s stays on Triton: %s", rank, exc)
+        self.kernels = kernels
+        self.kernel_label = kernels.label if kernels else (CUDA_LABEL if self.device.type == "cuda"
+                                                           else REFERENCE_LABEL)
+        self.active = kernels is not None
+        self.state = DeviceState(self.device) if self.active else None
+        self.buffers = ScratchBuffers()
+        self.audit = Audit(CaptureStore(paths.captures, rank), rank, self.kernel_label, self.release_id,
+                           interval_s=audit_interval_s)
+        self.stats = StatsDrain(paths.stats_file(rank), rank)
+        self.problems: dict[str, int] = {}
+        self.fallback_shapes: set[tuple] = set()
+        loop_args = {} if poll_s is None else {"poll_s": poll_s}
+        self.control = ControlLoop(paths, rank, self._apply, self._tick, **loop_args)
+        self.control.state.unavailable = self.unavailable
+        self._next_drain = 0.0
+        self._next_idle_line = 0.0
+        self._started = False
+
+    # -- hot-path helpers (called at capture time or on eager calls only) ------------------------------
+    def wrap(self, stock) -> VerifyDispatcher:
+        return VerifyDispatcher(stock, self)
+
+    def note_problem(self, message: str) -> None:
+        count = self.problems.get(message, 0)
+        self.problems[message] = count + 1
+        if count == 0:
+            log.warning("cutover: rank %s: %s", self.rank, message)
+
+    def note_fallback_shape(self, shape: tuple, dtype) -> None:
+        key = (shape, str(dtype))
+        if key not in self.fallback_shapes:
+            self.fallback_shapes.add(key)
+            log.info("cutover: rank %s: call shape %s %s not served by the custom kernel; Triton serves it",
+                     self.rank, shape, dtype)
+
+    # -- control thread -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self.control.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Clean exit: back to triton, marker removed, last stats and heartbeat written."""
+        if not self._started:
+            return
+        self._started = False
+        self.control.stop(clean=True)
+        self._drain(self.control.state, Decision("triton", 1, "process exited"), write=True)
+        self._write_heartbeat(self.control.state, Decision("triton", 1, "process exited"), stopped=True)
+
+    def _apply(self, decision: Decision, new_generation: bool) -> None:
+        if new_generation and self.state is not None:
+            self._drain(self.control.state, Decision(self.control.mode_active, 1, ""), write=True)
+        if self.state is not None:
+            self.state.set_mode(decision.mode, decision.sample_rate, reset_counters=new_generation)
+            if new_generation:
+                self.stats.reset(self.state.read_counters())
+        log.info("cutover: rank %s now %s (generation %s)%s", self.rank, decision.mode,
+                 self.control.state.generation_seen, f": {decision.reason}" if decision.reason else "")
+
+    def _tick(self, state: ControlState, decision: Decision) -> None:
+        now = time.monotonic()
+        if now >= self._next_drain:
+            self._next_drain = now + DRAIN_INTERVAL_S
+            idle_line = now >= self._next_idle_line
+            if idle_line:
+                self._next_idle_line = now + IDLE_STATS_INTERVAL_S
+            self._drain(state, decision, write=self.control.mode_active == "shadow" or idle_line)
+        self._write_heartbeat(state, decision)
+
+    def _drain(self, state: ControlState, decision: Decision, write: bool) -> None:
+        if self.state is None:
+            return
+        self.stats.drain(self.state.read_counters(), mode=self.control.mode_active,
+                         generation=max(state.generation_seen, 0), release_id=self.release_id,
+                         kernel=self.kernel_label, truth=self.audit.take_truth(), write=write)
+
+    def heartbeat(self, state: ControlState, decision: Decision, stopped: bool = False) -> Heartbeat:
+        reason = decision.reason
+        if not self.active and not reason:
+            reason = f"custom path unavailable: {self.unavailable}"
+        counters = dict(self.stats.totals)
+        counters.update(
+            fallback_shapes=len(self.fallback_shapes), errors=sum(self.problems.values()),
+            captures=self.audit.store.saved, audit_errors=self.audit.errors,
+            unclean_restart=int(state.refuse_up_to is not None), stopped=int(stopped),
+        )
+        return Heartbeat(
+            rank=self.rank, pid=os.getpid(), host=self.host, mode_active=self.control.mode_active,
+            generation_seen=state.generation_seen, release_id=self.release_id, kernel=self.kernel_label,
+            reason=reason, last_verify_at=self.stats.last_verify_at, counters=counters, written_at=time.time(),
+        )
+
+    def _write_heartbeat(self, state: ControlState, decision: Decision, stopped: bool = False) -> None:
+        atomic_write_text(self.paths.heartbeat(self.rank), self.heartbeat(state, decision, stopped).to_json())

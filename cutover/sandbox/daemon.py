@@ -1,0 +1,187 @@
+"""Start, stop and inspect the sandbox server as a daemon (setsid, pid file and logs in the state dir).
+
+    <state_dir>/sandbox/server.pid    pid of the server (a session leader: its process group holds the ranks)
+    <state_dir>/sandbox/server.json   the running server's configuration (port, ranks, device, started_at)
+    <state_dir>/sandbox/server.log    server log; rank-<r>.log per rank
+
+``up`` is idempotent (a healthy server with the same port and ranks is left alone), returns only once
+/health answers 200, and on failure stops what it started and raises with the log's tail. ``restart`` is
+``down`` then ``up``. ``down`` of a stopped sandbox is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+
+from cutover.errors import HostError
+from cutover.hostlayout import Heartbeat, atomic_write_text
+from cutover.sandbox.server import ServerConfig
+
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 15.0
+
+
+def _dir(state_dir: str) -> str:
+    return os.path.join(state_dir, "sandbox")
+
+
+def _pidfile(state_dir: str) -> str:
+    return os.path.join(_dir(state_dir), "server.pid")
+
+
+def _configfile(state_dir: str) -> str:
+    return os.path.join(_dir(state_dir), "server.json")
+
+
+def _logfile(state_dir: str) -> str:
+    return os.path.join(_dir(state_dir), "server.log")
+
+
+def running_pid(state_dir: str) -> int | None:
+    """The pid in the pid file if that process is alive and is a sandbox server, else None."""
+    try:
+        with open(_pidfile(state_dir)) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().split(b"\0")
+    except OSError:
+        return None
+    return pid if b"cutover.sandbox" in cmdline and b"serve" in cmdline else None
+
+
+def probe_health(host: str, port: int, timeout_s: float = 2.0) -> tuple[bool, str]:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=timeout_s) as reply:
+            return reply.status == 200, json.loads(reply.read()).get("reason", "")
+    except urllib.error.HTTPError as exc:
+        try:
+            return False, json.loads(exc.read()).get("reason", str(exc))
+        except ValueError:
+            return False, str(exc)
+    except (OSError, ValueError) as exc:
+        return False, f"no answer on {host}:{port}: {exc}"
+
+
+def _log_tail(state_dir: str, lines: int = 15) -> str:
+    try:
+        with open(_logfile(state_dir), errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return "(no server log)"
+
+
+def status(state_dir: str) -> dict:
+    """Whether the sandbox runs, its configuration, health and each rank's heartbeat."""
+    pid = running_pid(state_dir)
+    try:
+        with open(_configfile(state_dir)) as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        config = {}
+    result = {"running": pid is not None, "pid": pid, "config": config, "healthy": False, "health": "not running",
+              "ranks": {}, "sandbox": True}
+    if pid is None or not config:
+        return result
+    result["healthy"], result["health"] = probe_health(config.get("host", "127.0.0.1"), config["port"])
+    for rank in range(int(config.get("ranks", 0))):
+        try:
+            with open(os.path.join(state_dir, "runtime", f"rank-{rank}.json")) as handle:
+                beat = Heartbeat.from_json(handle.read())
+            result["ranks"][str(rank)] = {"mode_active": beat.mode_active, "generation_seen": beat.generation_seen,
+                                          "pid": beat.pid, "kernel": beat.kernel, "reason": beat.reason,
+                                          "age_s": round(time.time() - beat.written_at, 1)}
+        except (OSError, ValueError, TypeError):
+            result["ranks"][str(rank)] = None
+    return result
+
+
+def up(config: ServerConfig, timeout_s: float = START_TIMEOUT_S) -> str:
+    """Start the sandbox unless the same one is already healthy; return once /health answers 200."""
+    state = status(config.state_dir)
+    if state["running"]:
+        same = (state["config"].get("port"), state["config"].get("ranks"), state["config"].get("device")) == (
+            config.port, config.ranks, config.device)
+        if same and state["healthy"]:
+            return f"sandbox already running (pid {state['pid']}, port {config.port}); nothing changed"
+        down(config.state_dir)
+    os.makedirs(_dir(config.state_dir), exist_ok=True)
+    command = [sys.executable, "-m", "cutover.sandbox", "serve", "--state-dir", config.state_dir,
+               "--cutover-root", config.cutover_root, "--port", str(config.port), "--ranks", str(config.ranks),
+               "--device", config.device, "--host", config.host, "--layers", str(config.layers),
+               "--step-interval", str(config.step_interval_s)]
+    with open(_logfile(config.state_dir), "ab") as log:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    atomic_write_text(_pidfile(config.state_dir), f"{proc.pid}\n")
+    atomic_write_text(_configfile(config.state_dir), json.dumps(dict(asdict(config), started_at=time.time()),
+                                                                sort_keys=True))
+    deadline = time.monotonic() + timeout_s
+    why = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HostError(f"sandbox server exited with status {proc.returncode} while starting; log tail:\n"
+                            f"{_log_tail(config.state_dir)}",
+                            hint=f"read {_logfile(config.state_dir)}; is port {config.port} free?")
+        ok, why = probe_health(config.host, config.port)
+        if ok:
+            return f"sandbox up (pid {proc.pid}, port {config.port}, {config.ranks} ranks, {config.kernel_label})"
+        time.sleep(0.2)
+    down(config.state_dir)
+    raise HostError(f"sandbox did not become healthy within {timeout_s:.0f}s ({why}); stopped it. Log tail:\n"
+                    f"{_log_tail(config.state_dir)}", hint="raise --timeout on a slow machine, or read the logs")
+
+
+def down(state_dir: str, timeout_s: float = STOP_TIMEOUT_S) -> str:
+    """Stop the sandbox (SIGTERM to its process group, SIGKILL after ``timeout_s``); no-op when stopped."""
+    pid = running_pid(state_dir)
+    if pid is None:
+        _remove(_pidfile(state_dir))
+        return "sandbox not running; nothing to stop"
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _group_alive(pid):
+        time.sleep(0.1)
+    if _group_alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+        _group_alive(pid)
+    _remove(_pidfile(state_dir))
+    return f"sandbox stopped (pid {pid})"
+
+
+def restart(config: ServerConfig, timeout_s: float = START_TIMEOUT_S) -> str:
+    down(config.state_dir)
+    return up(config, timeout_s)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group lives (reaping the leader first when it is our own child)."""
+    try:
+        os.waitpid(pgid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,386 @@
+"""File access to one host's state: the local filesystem, or paramiko SFTP with verified host keys.
+
+This is the fast path (status reads, lease renewals, the emergency rollback). It only reads and writes the
+small state files of DESIGN.md; everything that deploys or installs goes through Ansible.
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import socket
+import stat as statmod
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import PurePosixPath
+
+import paramiko
+
+from cutover.config import Host
+from cutover.errors import HostError
+from cutover.hostlayout import atomic_write_text
+
+
+class Transport(ABC):
+    """Small-file operations on one host. Paths are absolute POSIX paths on that host."""
+
+    host: str
+
+    @abstractmethod
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None if it does not exist."""
+
+    @abstractmethod
+    def write_atomic(self, path: str, text: str) -> None:
+        """Replace the file so readers see the old or the new text, never a torn one (temp, fsync, rename)."""
+
+    @abstractmethod
+    def append_line(self, path: str, line: str) -> None:
+        """Append one line with a single O_APPEND write."""
+
+    @abstractmethod
+    def create_exclusive(self, path: str, text: str) -> bool:
+        """Create the file with this text only if it does not exist; False if it already exists."""
+
+    @abstractmethod
+    def rename_if_exists(self, path: str, new_path: str) -> bool:
+        """Rename path to a fresh name; False if path vanished first (someone else renamed it)."""
+
+    @abstractmethod
+    def remove(self, path: str) -> None:
+        """Delete a file; a missing file is fine."""
+
+    @abstractmethod
+    def readlink(self, path: str) -> str | None:
+        """The target of a symlink, or None if path is not a symlink."""
+
+    @abstractmethod
+    def listdir(self, path: str) -> list[str]:
+        """Entry names of a directory ([] if it does not exist)."""
+
+    @abstractmethod
+    def read_tail(self, path: str, nbytes: int) -> str | None:
+        """The last nbytes of a file (whole lines only), or None if it does not exist."""
+
+    def read_from(self, path: str, offset: int) -> tuple[str, int] | None:
+        """Whole lines from byte `offset` on and the offset just past the last complete line (a partial
+        last line is left for the next call); None if the file does not exist."""
+        data = self._read_bytes_from(path, offset)
+        if data is None:
+            return None
+        complete = data[: data.rfind(b"\n") + 1]
+        return complete.decode(errors="replace"), offset + len(complete)
+
+    @abstractmethod
+    def _read_bytes_from(self, path: str, offset: int) -> bytes | None:
+        """Raw bytes from offset to the end, or None if the file does not exist."""
+
+    def close(self) -> None:
+        """Release the connection (nothing to do for local files)."""
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalTransport(Transport):
+    """A host reached with `ansible_connection: local`: plain file access."""
+
+    def __init__(self, host: str):
+        self.host = host
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, path: str, text: str) -> None:
+        atomic_write_text(path, text)
+
+    def append_line(self, path: str, line: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (line.rstrip("\n") + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+
+    def rename_if_exists(self, path: str, new_path: str) -> bool:
+        try:
+            os.rename(path, new_path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def remove(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def readlink(self, path: str) -> str | None:
+        try:
+            return os.readlink(path)
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+
+    def _read_bytes_from(self, path: str, offset: int) -> bytes | None:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def read_tail(self, path: str, nbytes: int) -> str | None:
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - nbytes))
+                return _whole_lines(handle.read(), size > nbytes)
+        except FileNotFoundError:
+            return None
+
+
+class SSHTransport(Transport):
+    """A remote host over paramiko SFTP; its host key must be in known_hosts (never auto-added)."""
+
+    def __init__(self, host: Host):
+        self.host = host.name
+        self._client = connect(host)
+        try:
+            self._sftp = self._client.open_sftp()
+        except (paramiko.SSHException, OSError) as exc:
+            self._client.close()
+            raise HostError(f"host {host.name}: cannot open an SFTP session: {exc}",
+                            hint="check that the host's sshd enables the sftp subsystem") from exc
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _error(self, action: str, path: str, exc: Exception) -> HostError:
+        return HostError(f"host {self.host}: cannot {action} {path}: {exc}")
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with self._sftp.open(path, "r") as handle:
+                return handle.read().decode()
+        except FileNotFoundError:
+            return None
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("read", path, exc) from exc
+
+    def write_atomic(self, path: str, text: str) -> None:
+        self._makedirs(str(PurePosixPath(path).parent))
+        tmp = str(PurePosixPath(path).parent / f".tmp-{uuid.uuid4().hex}")
+        try:
+            with self._sftp.open(tmp, "w") as handle:
+                handle.write(text.encode())
+                handle.flush()
+                self._fsync(handle)
+            self._sftp.chmod(tmp, 0o644)
+            self._sftp.posix_rename(tmp, path)
+        except (OSError, paramiko.SSHException) as exc:
+            try:
+                self._sftp.remove(tmp)
+            except (OSError, paramiko.SSHException):
+                pass
+            raise self._error("write", path, exc) from exc
+
+    def append_line(self, path: str, line: str) -> None:
+        self._makedirs(str(PurePosixPath(path).parent))
+        try:
+            with self._sftp.open(path, "a") as handle:
+                handle.write((line.rstrip("\n") + "\n").encode())
+                handle.flush()
+                self._fsync(handle)
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("append to", path, exc) from exc
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        self._makedirs(str(PurePosixPath(path).parent))
+        try:
+            with self._sftp.open(path, "wx") as handle:
+                handle.write(text.encode())
+                handle.flush()
+                self._fsync(handle)
+            return True
+        except OSError as exc:
+            if self._exists(path):
+                return False
+            raise self._error("create", path, exc) from exc
+
+    def rename_if_exists(self, path: str, new_path: str) -> bool:
+        try:
+            self._sftp.rename(path, new_path)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if not self._exists(path):
+                return False
+            raise self._error("rename", path, exc) from exc
+
+    def remove(self, path: str) -> None:
+        try:
+            self._sftp.remove(path)
+        except FileNotFoundError:
+            pass
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("remove", path, exc) from exc
+
+    def readlink(self, path: str) -> str | None:
+        try:
+            return self._sftp.readlink(path)
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(self._sftp.listdir(path))
+        except FileNotFoundError:
+            return []
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("list", path, exc) from exc
+
+    def read_tail(self, path: str, nbytes: int) -> str | None:
+        try:
+            with self._sftp.open(path, "r") as handle:
+                size = handle.stat().st_size
+                handle.seek(max(0, size - nbytes))
+                return _whole_lines(handle.read(), size > nbytes)
+        except FileNotFoundError:
+            return None
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("read", path, exc) from exc
+
+    def _read_bytes_from(self, path: str, offset: int) -> bytes | None:
+        try:
+            with self._sftp.open(path, "r") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("read", path, exc) from exc
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self._sftp.stat(path)
+            return True
+        except OSError:
+            return False
+
+    def _makedirs(self, directory: str) -> None:
+        missing = []
+        current = PurePosixPath(directory)
+        while True:
+            try:
+                if not statmod.S_ISDIR(self._sftp.stat(str(current)).st_mode):
+                    raise HostError(f"host {self.host}: {current} exists and is not a directory")
+                break
+            except FileNotFoundError:
+                missing.append(current)
+                current = current.parent
+        for path in reversed(missing):
+            try:
+                self._sftp.mkdir(str(path), 0o755)
+            except OSError as exc:
+                if not self._exists(str(path)):
+                    raise self._error("create directory", str(path), exc) from exc
+
+    def _fsync(self, handle: paramiko.SFTPFile) -> None:
+        """fsync through OpenSSH's fsync@openssh.com extension (paramiko has no public call for it)."""
+        self._sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", handle.handle)
+
+
+def connect(host: Host) -> paramiko.SSHClient:
+    """An SSH client to the host, its key verified against system and inventory known_hosts."""
+    client = paramiko.SSHClient()
+    client.load_system_host_keys()
+    known_hosts = host.known_hosts
+    if os.path.exists(known_hosts):
+        client.load_system_host_keys(known_hosts)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    where = f"{host.address}:{host.port}"
+    key_name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+    try:
+        client.connect(
+            host.address,
+            port=host.port,
+            username=host.user,
+            key_filename=host.key_file,
+            timeout=host.connect_timeout_s,
+            banner_timeout=host.connect_timeout_s,
+            auth_timeout=host.connect_timeout_s,
+            allow_agent=host.key_file is None,
+            look_for_keys=host.key_file is None,
+        )
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostError(
+            f"host {host.name} ({where}): its host key does not match the one in known_hosts ({known_hosts}): "
+            f"refusing to connect",
+            hint=f"if the host was legitimately re-keyed, verify the new fingerprint out of band, then "
+            f"`ssh-keygen -R '{key_name}' -f {known_hosts}` and add the new key",
+        ) from exc
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise HostError(
+            f"host {host.name} ({where}): authentication failed as user {host.user or getpass.getuser()}",
+            hint="check ansible_user and ansible_ssh_private_key_file in the inventory",
+        ) from exc
+    except paramiko.SSHException as exc:
+        client.close()
+        if "not found in known_hosts" in str(exc):
+            raise HostError(
+                f"host {host.name} ({where}): its host key is not in known_hosts ({known_hosts}): refusing to connect",
+                hint=f"verify the host's fingerprint, then add it: `ssh-keyscan -p {host.port} {host.address} >> "
+                f"{known_hosts}` (or set cutover_known_hosts in the inventory)",
+            ) from exc
+        raise HostError(f"host {host.name} ({where}) is unreachable: {exc}") from exc
+    except (OSError, socket.timeout) as exc:
+        client.close()
+        reason = os.strerror(exc.errno) if getattr(exc, "errno", None) in errno.errorcode else str(exc) or "timed out"
+        raise HostError(
+            f"host {host.name} ({where}) is unreachable: {reason}",
+            hint="check ansible_host/ansible_port in the inventory and that sshd runs there",
+        ) from exc
+    return client
+
+
+def open_transport(host: Host) -> Transport:
+    """The transport for a host: local file access or SSH, as its inventory entry says."""
+    return LocalTransport(host.name) if host.is_local else SSHTransport(host)
+
+
+def _whole_lines(data: bytes, truncated: bool) -> str:
+    text = data.decode(errors="replace")
+    if truncated and "\n" in text:
+        text = text.split("\n", 1)[1]
+    return text

@@ -1,0 +1,1 @@
+"""The operator workflow: shadow runs with gates, promote with a guarded watch, verdicts and reports."""

@@ -1,0 +1,137 @@
+"""Watching hosts during a run: a reconnecting link per host, rank liveness and restarts, stats tailing.
+
+Heartbeat age is measured on the operator's clock (how long since we last saw a rank's heartbeat change), so
+a host whose clock is off cannot look alive or dead; an unreachable host's ranks simply age.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+from checks.gates import RankObservation
+from cutover.config import Host, Settings
+from cutover.errors import HostError
+from cutover.hoststate import HostState, RankView
+from cutover.transport import open_transport
+
+T = TypeVar("T")
+
+
+class HostLink:
+    """One host's state through a transport that is reopened once when a call fails (a dropped session)."""
+
+    def __init__(self, host: Host, settings: Settings):
+        self.host = host
+        self.settings = settings
+        self._state: HostState | None = None
+        self.last_error: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def state(self) -> HostState:
+        if self._state is None:
+            self._state = HostState(self.host, open_transport(self.host), self.settings)
+        return self._state
+
+    def reset(self) -> None:
+        if self._state is not None:
+            try:
+                self._state.transport.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail in any way; it is gone anyway
+                pass
+        self._state = None
+
+    def call(self, action: Callable[[HostState], T]) -> T:
+        """Run `action` on the host state; on HostError reconnect and try once more, then raise."""
+        try:
+            return action(self.state)
+        except HostError:
+            self.reset()
+        try:
+            result = action(self.state)
+        except HostError as exc:
+            self.last_error = str(exc).splitlines()[0]
+            raise
+        self.last_error = ""
+        return result
+
+    def close(self) -> None:
+        self.reset()
+
+
+@dataclass
+class RankTracker:
+    """Liveness of one rank since the run was armed."""
+
+    host: str
+    rank: int
+    armed_pid: int | None
+    last_written_at: float | None = None
+    changed_at: float = field(default_factory=time.monotonic)
+    pid: int | None = None
+    pids: list[int] = field(default_factory=list)
+    mode_active: str | None = None
+    reason: str = ""
+    kernel: str = ""
+
+    def update(self, view: RankView) -> None:
+        beat = view.heartbeat
+        if beat is None:
+            return
+        if beat.written_at != self.last_written_at:
+            self.last_written_at = beat.written_at
+            self.changed_at = time.monotonic()
+        if beat.pid != self.pid:
+            self.pid = beat.pid
+            if beat.pid not in self.pids:
+                self.pids.append(beat.pid)
+        self.mode_active, self.reason, self.kernel = beat.mode_active, beat.reason, beat.kernel
+
+    @property
+    def restarts(self) -> int:
+        return len([pid for pid in self.pids if pid != self.armed_pid])
+
+    def observation(self) -> RankObservation:
+        age = None if self.last_written_at is None else time.monotonic() - self.changed_at
+        why = self.reason
+        if self.restarts:
+            why = f"(pid {self.armed_pid} -> {self.pid}) {why}".strip()
+        return RankObservation(self.host, self.rank, age, self.mode_active, self.restarts, why)
+
+
+def trackers_from_ack(host: str, views: list[RankView]) -> list[RankTracker]:
+    """Trackers for every rank of a host, anchored on the pids that acknowledged the armed generation."""
+    trackers = []
+    for view in views:
+        tracker = RankTracker(host, view.rank, view.heartbeat.pid if view.heartbeat else None)
+        tracker.update(view)
+        trackers.append(tracker)
+    return trackers
+
+
+class StatsTail:
+    """New stats records of every rank of a host, read incrementally from stats/rank-<r>.jsonl."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self.offsets = {rank: 0 for rank in range(host.tp_size)}
+
+    def read_new(self, state: HostState) -> list[dict]:
+        records = []
+        for rank, offset in self.offsets.items():
+            chunk = state.transport.read_from(state.paths.stats_file(rank), offset)
+            if chunk is None:
+                continue
+            text, self.offsets[rank] = chunk
+            for line in text.splitlines():
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue  # a torn or foreign line never counts for or against a run
+        return records

@@ -1,0 +1,224 @@
+"""`cutover promote`: flip hosts to the custom kernel one at a time, canary first, each under a guarded watch.
+
+A host may be promoted only when the release staged and loaded on it passed shadow there (its phase is
+shadow_passed and that run's verdict passed for the same release); `--force` overrides and journals it.
+All hosts are checked before anything changes. Each host then runs custom under a lease while it is probed
+against the baseline its shadow run recorded; a regression rolls that host back and stops the rollout.
+After a clean window the host runs custom leaseless and its phase is promoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+
+from checks.policy import Policy
+from cutover.config import Host, Inventory, Settings
+from cutover.errors import CutoverError, GateFailedError, PhaseError
+from cutover.hoststate import LockRecord
+from cutover.rollback import rollback_hosts
+from cutover.workflow.observe import HostLink, trackers_from_ack
+from cutover.workflow.probes import ServerSample, probe
+from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
+
+
+@dataclass
+class PromoteOptions:
+    policy: Policy
+    watch_minutes: float | None = None  # None: the policy's promote.watch_minutes
+    force: bool = False
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+
+    @property
+    def watch_s(self) -> float:
+        return 60.0 * (self.watch_minutes if self.watch_minutes is not None else self.policy.promote.watch_minutes)
+
+
+@dataclass
+class HostPlan:
+    """What promote will do on one host, decided before anything changes."""
+
+    host: Host
+    release_id: str | None
+    action: str  # "promote", "already promoted"
+    baseline: dict = field(default_factory=dict)
+    run_id: str | None = None
+    override: str = ""  # the refusal --force overrode
+
+
+@dataclass
+class HostPromotion:
+    host: str
+    outcome: str  # "promoted", "already promoted", "rolled back"
+    detail: str
+
+
+def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
+    """Check every host; raise PhaseError naming each refused host unless --force."""
+    plans, refusals = [], []
+    for link in links:
+        plan, refusal = _plan_host(link)
+        if refusal and not force:
+            refusals.append(refusal)
+        plan.override = refusal or ""
+        plans.append(plan)
+    if refusals:
+        raise PhaseError("promote refused, nothing was changed:\n  " + "\n  ".join(refusals),
+                         hint="run `cutover shadow` for the staged release until it passes (or --force, journaled)")
+    return plans
+
+
+def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
+    phase = link.call(lambda st: st.read_phase())
+    loaded = link.call(lambda st: st.serving_release())
+    plan = HostPlan(link.host, phase.release_id, "promote", run_id=phase.run_id)
+    if phase.phase == "promoted":
+        control = link.call(lambda st: st.read_control())
+        if control and control.mode == "custom" and control.lease_expires_at is None and loaded == phase.release_id:
+            plan.action = "already promoted"
+            return plan, None
+    if loaded is None:
+        return plan, (f"host {link.name}: not every rank is heartbeating: the serving process is down or "
+                      f"the plugin is not loaded")
+    if loaded != phase.release_id:
+        return plan, f"host {link.name}: release {phase.release_id} is staged but the ranks run {loaded}"
+    if phase.phase != "shadow_passed" or not phase.run_id:
+        return plan, f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has not passed shadow"
+    text = link.call(lambda st: st.transport.read_text(st.paths.verdict(phase.run_id)))
+    try:
+        verdict = json.loads(text or "")
+    except ValueError:
+        return plan, f"host {link.name}: the verdict of shadow run {phase.run_id} is missing or unreadable"
+    if not verdict.get("passed") or verdict.get("release_id") != loaded:
+        return plan, (f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
+                      f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})")
+    plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
+    return plan, None
+
+
+class _Regression(Exception):
+    pass
+
+
+def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, options: PromoteOptions,
+                on_event: Callable[[str], None] | None = None) -> list[HostPromotion]:
+    """Promote `hosts` in order (canary first); raise GateFailedError at the first regression."""
+    say = on_event or (lambda message: None)
+    links = [HostLink(host, settings) for host in hosts]
+    locks: dict[str, LockRecord] = {}
+    lock_ttl = max(60.0, options.watch_s * len(hosts) + 300.0)
+    try:
+        for link in links:
+            locks[link.name] = link.call(lambda st: st.acquire_lock("promote", lock_ttl))
+        plans = plan_promotion(links, options.force)
+        results = []
+        for link, plan in zip(links, plans):
+            if plan.action == "already promoted":
+                say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
+                results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))
+                continue
+            results.append(_promote_host(inventory, link, plan, settings, options, say))
+        return results
+    finally:
+        for link in links:
+            if link.name in locks:
+                with contextlib.suppress(CutoverError):
+                    link.call(lambda st: st.release_lock(locks[link.name]))
+            link.close()
+
+
+def _promote_host(inventory: Inventory, link: HostLink, plan: HostPlan, settings: Settings, options: PromoteOptions,
+                  say: Callable[[str], None]) -> HostPromotion:
+    if plan.override:
+        link.call(lambda st: st.journal("promote_forced", release_id=plan.release_id, overridden=plan.override))
+        say(f"{link.name}: --force overrides: {plan.override}")
+    control = link.call(lambda st: st.set_mode("custom", reason="promote: guarded watch", release_id=plan.release_id,
+                                               lease_s=options.lease_ttl_s))
+    link.call(lambda st: st.journal("promote_start", release_id=plan.release_id, generation=control.generation,
+                                    watch_s=options.watch_s, shadow_run=plan.run_id))
+    try:
+        ack = link.call(lambda st: st.wait_for_ack(control.generation))
+        say(f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
+            f"{options.watch_s / 60:g} min")
+        _watch(link, plan, control.generation, ack, options, say)
+    except (_Regression, CutoverError, KeyboardInterrupt) as exc:
+        reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0]
+        rollback_hosts(inventory, [link.host], settings, reason=f"promote regression: {reason}")
+        link.call(lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason))
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise GateFailedError(f"host {link.name}: {reason}; rolled back to Triton, rollout stopped",
+                              hint="read `cutover status` and the journal; shadow again before promoting") from None
+    final = link.call(lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id))
+    link.call(lambda st: st.wait_for_ack(final.generation))
+    forced = bool(plan.override)
+    link.call(lambda st: st.set_phase("promoted", release_id=plan.release_id, run_id=plan.run_id, force=forced,
+                                      reason=f"forced: {plan.override}" if forced else "watch passed"))
+    link.call(lambda st: st.journal("promoted", release_id=plan.release_id, generation=final.generation, forced=forced))
+    say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
+    return HostPromotion(link.name, "promoted", f"release {plan.release_id}")
+
+
+def _watch(link, plan, generation, ack, options, say) -> None:
+    """Probe the host for the watch window; raise _Regression on the first regression."""
+    policy = options.policy
+    trackers = trackers_from_ack(link.name, ack.ranks)
+    session = requests.Session()
+    first = probe(link.host, session)  # the reference the error counters are compared against
+    samples: list[ServerSample] = [first] if first.healthy else []
+    failed_probes = 0 if first.healthy else 1
+    start = renewed = time.monotonic()
+    while time.monotonic() - start < options.watch_s:
+        time.sleep(min(policy.promote.probe_interval_s, options.lease_ttl_s / 3))
+        if time.monotonic() - renewed >= options.lease_ttl_s / 3:
+            link.call(lambda st: st.renew_lease(generation, options.lease_ttl_s))
+            renewed = time.monotonic()
+        for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
+            tracker.update(view)
+        sample = probe(link.host, session)
+        failed_probes = 0 if sample.healthy else failed_probes + 1
+        if sample.healthy:
+            samples.append(sample)
+        problem = _regression(policy, plan.baseline, trackers, samples, failed_probes, sample)
+        if problem:
+            raise _Regression(problem)
+
+
+def _regression(policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int,
+                last: ServerSample) -> str | None:
+    """The first regression against the shadow baseline, or None."""
+    promote = policy.promote
+    if failed_probes >= promote.max_failed_probes:
+        return f"{failed_probes} consecutive failed health probes ({last.error})"
+    for tracker in trackers:
+        seen = tracker.observation()
+        if seen.restarts:
+            return f"rank {seen.rank} restarted {seen.reason}"
+        if seen.heartbeat_age_s is None or seen.heartbeat_age_s > policy.shadow.max_silence_s:
+            return f"rank {seen.rank} silent for more than {policy.shadow.max_silence_s:g} s"
+        if seen.mode_active != "custom":
+            return f"rank {seen.rank} is running {seen.mode_active}, not custom: {seen.reason}"
+    for counter, label in (("errors_total", "errors (cutover_errors_total)"),
+                           ("nonfinite_total", "non-finite outputs (cutover_nonfinite_total)")):
+        counted = [getattr(s, counter) for s in samples if getattr(s, counter) is not None]
+        if len(counted) >= 2 and counted[-1] - counted[0] > promote.max_new_errors:
+            return f"{counted[-1] - counted[0]:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
+    rated = [s for s in samples if s.verify_steps_total is not None]
+    base_rate = base.get("verify_rate")
+    if base_rate and len(rated) >= 3 and rated[-1].at > rated[0].at:
+        rate = (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
+        if rate < promote.min_verify_rate_ratio * base_rate:
+            return f"verify steps/s fell to {rate:.2f} (< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
+    accepts = [s.accept_length for s in samples if s.accept_length is not None]
+    base_accept = base.get("accept_length")
+    if base_accept and accepts:
+        mean = sum(accepts) / len(accepts)
+        if mean < promote.min_accept_length_ratio * base_accept:
+            return (f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
+                    f"baseline {base_accept:.2f})")
+    return None

@@ -1,0 +1,99 @@
+"""Local copy of every shadow run: reports/<run_id>/ holds run.json, verdict.json, the run's stats records
+(stats/<host>/rank-<r>.jsonl) and, once `cutover report` ran, the report itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from checks.policy import Policy
+
+from cutover.errors import ConfigError
+from cutover.hostlayout import append_jsonl, atomic_write_text
+from cutover.workflow.verdict import VerdictRecord
+
+REPORTS_DIR_ENV = "CUTOVER_REPORTS_DIR"
+DEFAULT_REPORTS_DIR = "reports"
+
+
+def reports_root(explicit: str | Path | None = None) -> Path:
+    return Path(explicit or os.environ.get(REPORTS_DIR_ENV) or DEFAULT_REPORTS_DIR)
+
+
+def run_meta(run_id: str, release_id: str, generations: dict[str, int], started_at: float, policy: Policy,
+             sample_rate: int, kernels: list[str]) -> dict:
+    """The run.json of a shadow run: what was armed where, under which policy."""
+    return {
+        "run_id": run_id, "release_id": release_id, "hosts": sorted(generations), "generations": generations,
+        "started_at": started_at, "started_at_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started_at)),
+        "policy": {"source": policy.source, "shadow": asdict(policy.shadow), "promote": asdict(policy.promote)},
+        "sample_rate": sample_rate, "kernels": kernels,
+    }
+
+
+class RunStore:
+    """Files of one run under <reports root>/<run_id>/."""
+
+    def __init__(self, root: str | Path | None, run_id: str):
+        self.run_id = run_id
+        self.dir = reports_root(root) / run_id
+
+    @property
+    def run_file(self) -> Path:
+        return self.dir / "run.json"
+
+    @property
+    def verdict_file(self) -> Path:
+        return self.dir / "verdict.json"
+
+    def stats_file(self, host: str, rank: int) -> Path:
+        return self.dir / "stats" / host / f"rank-{rank}.jsonl"
+
+    def save_run(self, meta: dict) -> None:
+        atomic_write_text(str(self.run_file), json.dumps(meta, indent=2, sort_keys=True))
+
+    def load_run(self) -> dict:
+        return json.loads(self._read(self.run_file))
+
+    def append_stats(self, host: str, rank: int, record: dict) -> None:
+        append_jsonl(str(self.stats_file(host, rank)), record)
+
+    def iter_stats(self):
+        """Yield (host, record) for every stored stats record of this run."""
+        stats_dir = self.dir / "stats"
+        if not stats_dir.is_dir():
+            return
+        for host_dir in sorted(p for p in stats_dir.iterdir() if p.is_dir()):
+            for path in sorted(host_dir.glob("rank-*.jsonl")):
+                for line in path.read_text().splitlines():
+                    if line.strip():
+                        yield host_dir.name, json.loads(line)
+
+    def save_verdict(self, record: VerdictRecord) -> None:
+        atomic_write_text(str(self.verdict_file), record.to_json())
+
+    def load_verdict(self) -> VerdictRecord | None:
+        if not self.verdict_file.exists():
+            return None
+        return VerdictRecord.from_json(self._read(self.verdict_file))
+
+    def _read(self, path: Path) -> str:
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"run {self.run_id}: {path} not found",
+                              hint="run `cutover report` with a run id listed under the reports directory") from None
+
+
+def latest_run_id(root: str | Path | None = None) -> str:
+    """The newest run under the reports root (run ids sort by start time)."""
+    base = reports_root(root)
+    runs = sorted(p.name for p in base.iterdir() if (p / "run.json").exists()) if base.is_dir() else []
+    if not runs:
+        raise ConfigError(f"no shadow run found under {base}",
+                          hint="run `cutover shadow` first, or pass --reports-dir where the runs are")
+    return runs[-1]

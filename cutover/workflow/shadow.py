@@ -1,0 +1,375 @@
+"""`cutover shadow`: run Triton and the custom kernel side by side under a lease, gate the divergence live.
+
+    lock every target -> preflight (one staged release, every rank heartbeating with it) -> phase shadowing
+    -> arm shadow (new generation, lease, ack from every rank) -> loop: renew lease + lock, tail stats,
+    watch heartbeats, probe the server for the promote baseline, evaluate the gates
+    -> end: back to Triton with ack, final gates, verdict on every host + locally, report.
+
+A breach rolls every target back at once through `cutover.rollback`; Ctrl-C returns them to Triton and
+records an aborted run. If this process dies, the lease returns every rank to Triton by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+
+from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
+from checks.policy import Policy
+from cutover.config import Host, Inventory, Settings
+from cutover.errors import CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
+from cutover.hoststate import LockRecord
+from cutover.rollback import rollback_hosts
+from cutover.workflow.load import LoadDriver, LoadSpec
+from cutover.workflow.observe import HostLink, RankTracker, StatsTail, trackers_from_ack
+from cutover.workflow.probes import ServerSample, baseline, probe
+from cutover.workflow.report import ReportFiles, write_report
+from cutover.workflow.runstore import RunStore, run_meta
+from cutover.workflow.verdict import VerdictRecord, new_run_id
+
+DEFAULT_LEASE_TTL_S = 30.0
+
+
+@dataclass
+class ShadowOptions:
+    duration_s: float
+    policy: Policy
+    sample_rate: int = 1
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    poll_s: float = 1.0
+    load: LoadSpec | None = None
+    reports_dir: str | None = None
+
+    @property
+    def lock_ttl_s(self) -> float:
+        """Long enough to survive a few missed renewals, short enough that a killed CLI frees the hosts soon."""
+        return max(60.0, 4 * self.lease_ttl_s)
+
+
+@dataclass
+class Progress:
+    """A snapshot for the live display."""
+
+    run_id: str
+    elapsed_s: float
+    duration_s: float
+    totals: dict
+    ranks: list[RankObservation]
+    host_errors: dict[str, str]
+    load: dict | None
+
+
+@dataclass
+class ShadowOutcome:
+    record: VerdictRecord
+    report: ReportFiles
+
+
+@dataclass
+class _HostRun:
+    link: HostLink
+    generation: int
+    trackers: list[RankTracker]
+    tail: StatsTail
+    samples: list[ServerSample] = field(default_factory=list)
+    renewed_at: float = field(default_factory=time.monotonic)
+
+
+class _Breach(Exception):
+    """A gate failed, or the run lost control of a host: stop and roll back."""
+
+    def __init__(self, reasons: list[str]):
+        super().__init__("; ".join(reasons))
+        self.reasons = reasons
+
+
+def run_shadow(inventory: Inventory, hosts: list[Host], settings: Settings, options: ShadowOptions,
+               on_progress: Callable[[Progress], None] | None = None) -> ShadowOutcome:
+    """Shadow `hosts` for `options.duration_s`; returns the passed outcome or raises GateFailedError
+    (after everything is recorded and every host is back on Triton)."""
+    links = [HostLink(host, settings) for host in hosts]
+    locks: dict[str, LockRecord] = {}
+    try:
+        for link in links:
+            locks[link.name] = link.call(lambda st: st.acquire_lock("shadow", options.lock_ttl_s))
+        release_id = _preflight(links)
+        run = _ShadowRun(inventory, links, locks, settings, options, release_id, on_progress)
+        return run.execute()
+    finally:
+        for link in links:
+            if link.name in locks:
+                with contextlib.suppress(CutoverError):
+                    link.call(lambda st: st.release_lock(locks[link.name]))
+            link.close()
+
+
+def _preflight(links: list[HostLink]) -> str:
+    """The one release staged and loaded on every target; refuses anything else, naming host and fix."""
+    releases: dict[str, str] = {}
+    for link in links:
+        phase = link.call(lambda st: st.check_phase("shadowing"))
+        if not phase.release_id:
+            raise PhaseError(f"host {link.name}: no release is staged", hint="run `cutover stage` first")
+        views = link.call(lambda st: st.ranks())
+        silent = [view.rank for view in views if not view.fresh]
+        if silent:
+            raise HostError(
+                f"host {link.name}: rank(s) {', '.join(map(str, silent))} have no live heartbeat: the serving "
+                f"process is down or the plugin is not loaded",
+                hint="check `cutover status`; start the server (or `cutover stage --yes` restarts it)")
+        loaded = sorted({view.heartbeat.release_id or "none" for view in views})
+        if loaded != [phase.release_id]:
+            raise PhaseError(
+                f"host {link.name}: release {phase.release_id} is staged but the ranks run {', '.join(loaded)}",
+                hint="restart the serving process so it loads the staged release (`cutover stage --yes`)")
+        releases[link.name] = phase.release_id
+    if len(set(releases.values())) > 1:
+        listing = ", ".join(f"{name}: {release}" for name, release in releases.items())
+        raise PhaseError(f"the targets have different releases staged ({listing})",
+                         hint="stage the same release on every target, or shadow them separately with --limit")
+    return next(iter(releases.values()))
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Let the cleanup that returns hosts to Triton finish even if Ctrl-C is pressed again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _ShadowRun:
+    def __init__(self, inventory, links, locks, settings, options, release_id, on_progress):
+        self.inventory: Inventory = inventory
+        self.links: list[HostLink] = links
+        self.locks: dict[str, LockRecord] = locks
+        self.settings: Settings = settings
+        self.options: ShadowOptions = options
+        self.policy = options.policy
+        self.release_id: str = release_id
+        self.on_progress = on_progress
+        self.run_id = new_run_id()
+        self.store = RunStore(options.reports_dir, self.run_id)
+        self.runs: list[_HostRun] = []
+        self.summary: StatsSummary | None = None
+        self.started = time.time()
+        self.started_mono = time.monotonic()
+        self.session = requests.Session()
+        self.load: LoadDriver | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    def execute(self) -> ShadowOutcome:
+        for link in self.links:
+            link.call(lambda st: st.set_phase("shadowing", release_id=self.release_id, run_id=self.run_id,
+                                              reason=f"shadow run {self.run_id}"))
+            link.call(lambda st: st.journal("shadow_start", run_id=self.run_id, release_id=self.release_id,
+                                            duration_s=self.options.duration_s, policy=self.policy.source))
+        try:
+            self._arm()
+            if self.options.load:
+                self.load = LoadDriver(self.options.load, [link.host for link in self.links]).start()
+            self._loop()
+        except _Breach as breach:
+            with _sigint_deferred():
+                return self._finish("failed", breach.reasons, rolled_back=self._roll_back(breach.reasons))
+        except KeyboardInterrupt:
+            with _sigint_deferred():
+                return self._finish("aborted", ["stopped by the operator (Ctrl-C) before the end of the run"])
+        except BaseException as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            with _sigint_deferred():
+                self._roll_back([f"shadow run interrupted: {reason}"])
+                self._record("failed", [f"shadow run interrupted: {reason}"], None)
+            raise
+        with _sigint_deferred():
+            return self._finish_normally()
+
+    def _arm(self) -> None:
+        """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
+        generations = {}
+        for link in self.links:
+            control = link.call(lambda st: st.set_mode(
+                "shadow", reason=f"shadow run {self.run_id}", lease_s=self.options.lease_ttl_s,
+                release_id=self.release_id, sample_rate=self.options.sample_rate))
+            self.runs.append(_HostRun(link, control.generation, [], StatsTail(link.host)))
+            generations[link.name] = control.generation
+        self.summary = StatsSummary(generations=generations, truth_k=self.policy.shadow.truth_anchor_k,
+                                    truth_floor=self.policy.shadow.truth_anchor_floor)
+        self.store.save_run(self._meta(kernels=[]))
+        for run in self.runs:
+            ack = run.link.call(lambda st: st.wait_for_ack(run.generation))
+            if not ack.serving:
+                raise HostError(f"host {run.link.name}: the serving process stopped heartbeating while shadow was armed")
+            run.trackers = trackers_from_ack(run.link.name, ack.ranks)
+            run.link.call(lambda st: st.journal("shadow_armed", run_id=self.run_id, generation=run.generation,
+                                                lease_ttl_s=self.options.lease_ttl_s))
+        self.store.save_run(self._meta(kernels=sorted({t.kernel for r in self.runs for t in r.trackers})))
+
+    def _meta(self, kernels: list[str]) -> dict:
+        return run_meta(self.run_id, self.release_id, self.summary.generations, self.started, self.policy,
+                        self.options.sample_rate, kernels)
+
+    def _loop(self) -> None:
+        last_probe = 0.0
+        while True:
+            elapsed = time.monotonic() - self.started_mono
+            probe_due = time.monotonic() - last_probe >= self.policy.promote.probe_interval_s
+            for run in self.runs:
+                self._tick_host(run, probe_due)
+            last_probe = time.monotonic() if probe_due else last_probe
+            verdict = evaluate_shadow(self.policy.shadow, self.summary, self._observations(), elapsed, final=False)
+            self._report_progress(elapsed)
+            if not verdict.passed:
+                raise _Breach(verdict.reasons())
+            if elapsed >= self.options.duration_s:
+                return
+            time.sleep(min(self.options.poll_s, max(0.0, self.options.duration_s - elapsed)) or 0.05)
+
+    # --- per tick -------------------------------------------------------------------------------------
+    def _tick_host(self, run: _HostRun, probe_due: bool) -> None:
+        if time.monotonic() - run.renewed_at >= self.options.lease_ttl_s / 3:
+            self._renew(run)
+        try:
+            views = run.link.call(lambda st: st.ranks())
+            for tracker, view in zip(run.trackers, views):
+                tracker.update(view)
+            self._ingest(run)
+        except HostError:
+            pass  # the host's ranks age on our clock; the silence gate decides
+        if probe_due:
+            run.samples.append(probe(run.link.host, self.session))
+
+    def _renew(self, run: _HostRun) -> None:
+        name = run.link.name
+        try:
+            run.link.call(lambda st: st.renew_lease(run.generation, self.options.lease_ttl_s))
+            run.link.call(lambda st: st.renew_lock(self.locks[name], self.options.lock_ttl_s))
+            run.renewed_at = time.monotonic()
+        except LockHeldError as exc:
+            raise _Breach([f"lock: {exc.message}"]) from exc
+        except HostError:
+            control = None
+            with contextlib.suppress(HostError):
+                control = run.link.call(lambda st: st.read_control())
+            if control is not None and control.generation != run.generation:
+                raise _Breach([f"control: host {name}: the mode was changed to {control.mode} (generation "
+                               f"{control.generation}) by {control.set_by or 'someone'}: {control.reason}"]) from None
+            # unreachable: keep trying; the lease returns the host to Triton and the silence gate trips
+
+    def _ingest(self, run: _HostRun) -> None:
+        for record in run.tail.read_new(run.link.state):
+            if self.summary.add(run.link.name, record):
+                self.store.append_stats(run.link.name, int(record.get("rank", -1)), record)
+
+    def _observations(self) -> list[RankObservation]:
+        return [tracker.observation() for run in self.runs for tracker in run.trackers]
+
+    def _report_progress(self, elapsed: float) -> None:
+        if self.on_progress is None:
+            return
+        self.on_progress(Progress(
+            run_id=self.run_id, elapsed_s=elapsed, duration_s=self.options.duration_s,
+            totals=self.summary.totals(), ranks=self._observations(),
+            host_errors={run.link.name: run.link.last_error for run in self.runs if run.link.last_error},
+            load=self.load.snapshot() if self.load else None))
+
+    # --- ending ---------------------------------------------------------------------------------------
+    def _roll_back(self, reasons: list[str]) -> list[str]:
+        """Every target back to Triton at once; returns what could not be confirmed."""
+        self._stop_load()
+        problems = []
+        try:
+            results = rollback_hosts(self.inventory, [link.host for link in self.links], self.settings,
+                                     reason=f"shadow run {self.run_id} failed: {reasons[0]}")
+        except CutoverError as exc:
+            results = []
+            problems.append(f"rollback: {exc.message}")
+        for result in results:
+            if not result.ok:
+                problems.append(f"rollback: host {result.name}: {'; '.join(result.messages) or 'not confirmed'}")
+        if problems:
+            problems.append(f"the lease returns any unconfirmed rank to Triton within {self.options.lease_ttl_s:.0f} s")
+        return problems
+
+    def _return_to_triton(self, why: str) -> list[str]:
+        """End of run (or Ctrl-C): set Triton with ack on every host; fall back to rollback where that fails."""
+        self._stop_load()
+        failed = []
+        for run in self.runs:
+            try:
+                control = run.link.call(lambda st: st.set_mode("triton", reason=why, release_id=self.release_id))
+                run.link.call(lambda st: st.wait_for_ack(control.generation))
+            except CutoverError:
+                failed.append(run.link.host)
+        if failed:
+            return self._roll_back([why])
+        return []
+
+    def _stop_load(self) -> None:
+        if self.load:
+            self.load.stop()
+            self.load = None
+
+    def _finish_normally(self) -> ShadowOutcome:
+        problems = self._return_to_triton(f"shadow run {self.run_id} finished")
+        for run in self.runs:
+            with contextlib.suppress(HostError):
+                self._ingest(run)  # the last drained interval
+        elapsed = time.monotonic() - self.started_mono
+        verdict = evaluate_shadow(self.policy.shadow, self.summary, [], elapsed, final=True)
+        reasons = verdict.reasons() + problems
+        return self._conclude("passed" if verdict.passed and not problems else "failed", reasons, verdict)
+
+    def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
+        if rolled_back is None:
+            rolled_back = self._return_to_triton(f"shadow run {self.run_id}: {reasons[0]}")
+        for run in self.runs:
+            with contextlib.suppress(HostError):
+                self._ingest(run)
+        return self._conclude(outcome, reasons + rolled_back, None)
+
+    def _conclude(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> ShadowOutcome:
+        record = self._record(outcome, reasons, verdict)
+        report = write_report(self.store)
+        if not record.passed:
+            headline = "aborted" if outcome == "aborted" else "failed"
+            raise GateFailedError(
+                f"shadow run {self.run_id} {headline}: " + "; ".join(reasons[:3])
+                + f"\nevery target is back on Triton. report: {report.markdown}",
+                hint="read the report; fix and re-stage the kernel, then shadow again" if outcome == "failed"
+                else "run `cutover shadow` again when ready")
+        return ShadowOutcome(record, report)
+
+    def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
+        """Store the verdict locally and on every reachable host (file, phase, journal)."""
+        record = VerdictRecord(
+            run_id=self.run_id, release_id=self.release_id, hosts=[link.name for link in self.links],
+            outcome=outcome, reasons=reasons, started_at=self.started, ended_at=time.time(),
+            policy_source=self.policy.source, actor=self.settings.operator,
+            generations=dict(self.summary.generations) if self.summary else {},
+            totals=self.summary.totals() if self.summary else {},
+            gates=verdict.to_dict() if verdict else {},
+            baseline={run.link.name: baseline(run.samples) for run in self.runs})
+        if self.summary is not None:
+            self.store.save_verdict(record)
+        phase = "shadow_passed" if record.passed else "shadow_failed"
+        for link in self.links:
+            with contextlib.suppress(CutoverError):
+                link.call(lambda st: st.transport.write_atomic(st.paths.verdict(self.run_id), record.to_json()))
+                if link.call(lambda st: st.read_phase()).phase == "shadowing":
+                    link.call(lambda st: st.set_phase(phase, release_id=self.release_id, run_id=self.run_id,
+                                                      reason="; ".join(reasons[:2])))
+                link.call(lambda st: st.journal("shadow_end", run_id=self.run_id, outcome=outcome,
+                                                release_id=self.release_id, reasons=reasons[:5]))
+        return record

@@ -1,0 +1,271 @@
+"""Python API of the verify kernel: SGLang's `extend_attention_fwd` signature, served or declined.
+
+`verify_attention` returns True when the CUDA kernel ran, False when the case is outside what it serves (the
+caller falls back to SGLang's Triton kernel), and raises ValueError naming the argument for malformed input.
+The decision depends only on shapes, dtypes, devices, strides and Python scalars: never on tensor contents, and
+nothing here synchronises the device, so the call can be captured into a CUDA graph.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from . import _lib
+
+DIM_QK, DIM_V = 576, 512
+MAX_DRAFT_TOKENS = 64
+MAX_HEADS = 128
+INDEX_DTYPES = {torch.int32: _lib.DTYPE_INT32, torch.int64: _lib.DTYPE_INT64}
+MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
+
+# Tile configuration: 0 picks by the device's shared memory; 1 large (sm_90), 2 small (sm_120 class). For tests.
+TILE_CONFIG = int(os.environ.get("CUTOVER_KERNEL_TILES", "0"))
+
+_num_sms: dict[int, int] = {}
+
+
+def _sm_count(device: int) -> int:
+    if device not in _num_sms:
+        _num_sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _num_sms[device]
+
+
+def _scale_arg(value, name: str, device: torch.device):
+    """(float, device pointer or None) for a scale, or None when the scale's form is not served."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype != torch.float32 or value.device != device:
+            return None
+        return 1.0, value.data_ptr()
+    if isinstance(value, (int, float)):
+        return float(value), None
+    raise ValueError(f"{name} must be a float or a 1-element tensor, got {type(value).__name__}")
+
+
+def _served_features(custom_mask, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
+                     window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix, skip_extend, page_size,
+                     score_mod, aux_tensors, identity_kv_indices, extra_kwargs) -> bool:
+    return not (
+        extra_kwargs
+        or logit_cap not in (0, 0.0, None)
+        or (sliding_window_size is not None and sliding_window_size > 0)
+        or sinks is not None
+        or window_kv_offsets is not None
+        or (xai_temperature_len is not None and xai_temperature_len > 0)
+        or lse_extend is not None
+        or skip_prefix
+        or skip_extend
+        or page_size != 1
+        or score_mod is not None
+        or aux_tensors is not None
+        or identity_kv_indices
+        or (custom_mask is not None and not skip_prefix_custom_mask)
+    )
+
+
+def _require_last_dim_contiguous(t: torch.Tensor, name: str) -> None:
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {tuple(t.stride())}")
+
+
+def _vector_friendly(t: torch.Tensor) -> bool:
+    """16-byte aligned base and row strides that are multiples of 8 elements (the kernel's 16-byte accesses)."""
+    return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+
+
+def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+                     custom_mask, is_causal, mask_indptr, max_len_extend, k_scale=1.0, v_scale=1.0, sm_scale=None,
+                     logit_cap=0.0, skip_prefix_custom_mask=True, sliding_window_size=-1, sinks=None,
+                     window_kv_offsets=None, xai_temperature_len=-1, lse_extend=None, skip_prefix=False,
+                     skip_extend=False, page_size=1, score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
+                     identity_kv_indices=False, *, enable=None, workspace=None, **extra_kwargs) -> bool:
+    """Tree-masked MLA verify attention into `o_extend`; True if served, False if the caller must fall back.
+
+    N = total draft tokens, B = batch (qo_indptr.numel() - 1), H = heads, T = max_len_extend (draft tokens per
+    request, 1..64), pool = KV pool rows. All tensors on one CUDA device.
+
+    q_extend     bf16 [N, H, 576]  absorbed queries (512 latent + 64 rope); last dim contiguous
+    k_extend     bf16 [N, 1, 576]  draft tokens' keys
+    v_extend     bf16 [N, 1, 512]  draft tokens' values
+    o_extend     bf16 [N, H, 512]  output, written
+    k_buffer     bf16 [pool, 1, 576]  KV pool (page size 1)
+    v_buffer     bf16 [pool, 1, 512]  must be the view k_buffer[..., :512] (same storage)
+    qo_indptr    int32/int64 [B+1]  request b's draft tokens are rows qo_indptr[b] .. qo_indptr[b+1]-1
+    kv_indptr    int32/int64 [B+1]  request b's prefix rows are kv_indices[kv_indptr[b] : kv_indptr[b+1]]
+    kv_indices   int32/int64 [>= kv_indptr[B]]  row ids into k_buffer
+    custom_mask  bool/int8/uint8 flat, or None. Request b's block at mask_indptr[b] is row-major T x (P_b + T);
+                 only the T x T draft tail is read (skip_prefix_custom_mask=True). None: causal tail if
+                 is_causal, else every draft token visible.
+    mask_indptr  int32/int64 [B+1] (read only with a custom_mask)
+    k_scale, v_scale  float, or a 1-element float32 tensor on the device (read on the device); they scale the
+                 KV-pool part only, as SGLang does.
+    sm_scale     float or None (None or 0: 1/sqrt(576), as SGLang)
+    enable       optional int32 device tensor: when enable[0] == 0 the kernels exit at once, writing nothing.
+    workspace    optional uint8 device tensor of at least `workspace_bytes(...)` bytes; otherwise one is taken
+                 from torch's caching allocator (graph-pool safe).
+
+    Not served (returns False): logit_cap, sliding window, sinks, window offsets, xai temperature, lse_extend,
+    skip_prefix/skip_extend, score_mod/aux_tensors, identity_kv_indices, page_size != 1,
+    skip_prefix_custom_mask=False, non-bf16 (e.g. fp8) tensors, head dims other than 576/512, more than one KV
+    head, H > 128, T outside 1..64, v_buffer not a view of k_buffer, unaligned tensors, unknown keyword args.
+    """
+    if not _served_features(custom_mask, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
+                            window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix, skip_extend, page_size,
+                            score_mod, aux_tensors, identity_kv_indices, extra_kwargs):
+        return False
+    tensors = {"q_extend": q_extend, "k_extend": k_extend, "v_extend": v_extend, "o_extend": o_extend,
+               "k_buffer": k_buffer, "v_buffer": v_buffer, "qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
+               "kv_indices": kv_indices}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    # 1. arch
+    device = q_extend.device
+    lib = _lib.load_library()
+    if device.type == "cuda":
+        lib.check_device(device.index if device.index is not None else torch.cuda.current_device())
+    # 2. dtype
+    data = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer")
+    for name in data:
+        dt = tensors[name].dtype
+        if not dt.is_floating_point:
+            raise ValueError(f"{name} must be a floating-point tensor (bf16), got {dt}")
+        if dt != torch.bfloat16:
+            return False  # fp16 / fp32 / fp8 KV: Triton serves it
+    if custom_mask is not None and custom_mask.dtype not in MASK_DTYPES:
+        raise ValueError(f"custom_mask must be bool, int8 or uint8, got {custom_mask.dtype}")
+    # 3. device
+    extra = {"custom_mask": custom_mask, "mask_indptr": mask_indptr if custom_mask is not None else None,
+             "enable": enable, "workspace": workspace}
+    for name, t in list(tensors.items()) + [(k, v) for k, v in extra.items() if v is not None]:
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != device or device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; every tensor must be on the same CUDA device as q_extend")
+    # 4. layout / stride
+    for name in data:
+        _require_last_dim_contiguous(tensors[name], name)
+    for name in ("qo_indptr", "kv_indptr", "kv_indices"):
+        if tensors[name].dim() != 1 or not tensors[name].is_contiguous():
+            raise ValueError(f"{name} must be a contiguous 1-D tensor, got shape {tuple(tensors[name].shape)}")
+    if custom_mask is not None and not custom_mask.is_contiguous():
+        raise ValueError("custom_mask must be contiguous (a flat buffer, SGLang layout)")
+    if custom_mask is not None and (mask_indptr is None or mask_indptr.dim() != 1 or not mask_indptr.is_contiguous()):
+        raise ValueError("mask_indptr must be a contiguous 1-D tensor when custom_mask is given")
+    if v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.stride(0) != k_buffer.stride(0):
+        return False  # the kernel reads V as the first 512 dims of each K row
+    if not all(_vector_friendly(tensors[name]) for name in data):
+        return False
+    # 5. shape
+    if q_extend.dim() != 3 or k_extend.dim() != 3 or v_extend.dim() != 3 or o_extend.dim() != 3:
+        raise ValueError("q_extend, k_extend, v_extend and o_extend must be 3-D [tokens, heads, dim]")
+    if k_buffer.dim() != 3 or v_buffer.dim() != 3:
+        raise ValueError("k_buffer and v_buffer must be 3-D [pool, kv_heads, dim] (page_size 1)")
+    n_tok, heads = q_extend.shape[0], q_extend.shape[1]
+    if (q_extend.shape[2], k_extend.shape[2], v_extend.shape[2]) != (DIM_QK, DIM_QK, DIM_V):
+        return False  # other head dims: not this kernel
+    if k_extend.shape[1] != 1 or k_buffer.shape[1] != 1 or k_buffer.shape[2] != DIM_QK or v_buffer.shape[2] != DIM_V:
+        return False  # not MLA absorbed (one latent KV head)
+    for name, t, want in (("k_extend", k_extend, (n_tok, 1, DIM_QK)), ("v_extend", v_extend, (n_tok, 1, DIM_V)),
+                          ("o_extend", o_extend, (n_tok, heads, DIM_V))):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want} from q_extend {tuple(q_extend.shape)}")
+    batch = qo_indptr.numel() - 1
+    if batch < 1:
+        raise ValueError(f"qo_indptr must have batch+1 >= 2 elements, got {qo_indptr.numel()}")
+    if kv_indptr.numel() != batch + 1:
+        raise ValueError(f"kv_indptr has {kv_indptr.numel()} elements, expected batch+1 = {batch + 1}")
+    if custom_mask is not None and mask_indptr.numel() < batch + 1:
+        raise ValueError(f"mask_indptr has {mask_indptr.numel()} elements, expected at least batch+1 = {batch + 1}")
+    if isinstance(max_len_extend, torch.Tensor) or not isinstance(max_len_extend, int):
+        raise ValueError(f"max_len_extend must be a Python int, got {type(max_len_extend).__name__}")
+    if heads < 1 or heads > MAX_HEADS or max_len_extend < 1 or max_len_extend > MAX_DRAFT_TOKENS:
+        return False
+    # 6. index dtype
+    for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)) + (
+            (("mask_indptr", mask_indptr),) if custom_mask is not None else ()):
+        if t.dtype not in INDEX_DTYPES:
+            raise ValueError(f"{name} must be int32 or int64, got {t.dtype}")
+    if enable is not None and (enable.dtype != torch.int32 or enable.numel() < 1):
+        raise ValueError(f"enable must be an int32 device tensor with >= 1 element, got {enable.dtype}")
+
+    ks = _scale_arg(k_scale, "k_scale", device)
+    vs = _scale_arg(v_scale, "v_scale", device)
+    if ks is None or vs is None:
+        return False
+    dev_index = device.index if device.index is not None else torch.cuda.current_device()
+    num_sms = _sm_count(dev_index)
+    need = lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index)
+    if workspace is None:
+        workspace = torch.empty(need, dtype=torch.uint8, device=device)
+    elif workspace.dtype != torch.uint8 or workspace.numel() < need or not workspace.is_contiguous():
+        raise ValueError(f"workspace must be a contiguous uint8 tensor of >= {need} bytes, got "
+                         f"{workspace.dtype} with {workspace.numel()} elements")
+
+    p = _lib.VerifyParams()
+    p.batch, p.num_heads, p.max_extend, p.head_dim_qk, p.head_dim_v = batch, heads, max_len_extend, DIM_QK, DIM_V
+    p.q, p.q_stride_token, p.q_stride_head = q_extend.data_ptr(), q_extend.stride(0), q_extend.stride(1)
+    p.k_extend, p.k_extend_stride_token = k_extend.data_ptr(), k_extend.stride(0)
+    p.v_extend, p.v_extend_stride_token = v_extend.data_ptr(), v_extend.stride(0)
+    p.o, p.o_stride_token, p.o_stride_head = o_extend.data_ptr(), o_extend.stride(0), o_extend.stride(1)
+    p.kv_buffer, p.kv_buffer_stride_row = k_buffer.data_ptr(), k_buffer.stride(0)
+    p.qo_indptr, p.qo_indptr_dtype = qo_indptr.data_ptr(), INDEX_DTYPES[qo_indptr.dtype]
+    p.kv_indptr, p.kv_indptr_dtype = kv_indptr.data_ptr(), INDEX_DTYPES[kv_indptr.dtype]
+    p.kv_indices, p.kv_indices_dtype = kv_indices.data_ptr(), INDEX_DTYPES[kv_indices.dtype]
+    if custom_mask is not None:
+        p.custom_mask, p.custom_mask_dtype = custom_mask.data_ptr(), _lib.DTYPE_UINT8
+        p.mask_indptr, p.mask_indptr_dtype = mask_indptr.data_ptr(), INDEX_DTYPES[mask_indptr.dtype]
+    p.is_causal = int(bool(is_causal))
+    p.sm_scale = float(sm_scale or 1.0 / math.sqrt(DIM_QK))
+    p.k_scale, p.k_scale_ptr = ks
+    p.v_scale, p.v_scale_ptr = vs
+    p.enable = enable.data_ptr() if enable is not None else None
+    p.workspace, p.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    p.num_sms, p.config = num_sms, TILE_CONFIG
+    code = lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream)
+    if code == _lib.OK:
+        return True
+    if code == _lib.ERR_UNSUPPORTED:
+        return False
+    message = f"cutover_verify_attention: {lib.last_error()}"
+    if code == _lib.ERR_INVALID_ARGUMENT:
+        raise ValueError(message)
+    raise _lib.KernelCallError(code, message)
+
+
+def workspace_bytes(batch: int, num_heads: int, max_len_extend: int, device: int | None = None) -> int:
+    """Bytes of workspace a call with these shapes needs (for callers that pre-allocate it)."""
+    dev = torch.cuda.current_device() if device is None else device
+    return _lib.load_library().workspace_bytes(batch, num_heads, max_len_extend, _sm_count(dev), TILE_CONFIG, dev)
+
+
+def verify_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable) -> None:
+    """Live-switch gate, one tiny kernel on the current stream (CUDA-graph capturable).
+
+    gate_state      int32 [4] on the device: {mode (0 triton, 1 shadow, 2 custom), sample_every (>= 1),
+                    call_counter, reserved}; call_counter is incremented.
+    qo_indptr       int32/int64 [B+1]
+    qo_indptr_gated same dtype and size: zeros when mode == 2 (SGLang's kernel then does nothing), else a copy.
+    custom_enable   int32 [>= 2]: [0] = (mode == 2), [1] = (mode == 1 and counter % sample_every == 0), with the
+                    counter value before this call's increment.
+    """
+    for name, t in (("gate_state", gate_state), ("qo_indptr", qo_indptr), ("qo_indptr_gated", qo_indptr_gated),
+                    ("custom_enable", custom_enable)):
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if gate_state.dtype != torch.int32 or gate_state.numel() < 4:
+        raise ValueError(f"gate_state must be int32 with 4 elements, got {gate_state.dtype} x {gate_state.numel()}")
+    if custom_enable.dtype != torch.int32 or custom_enable.numel() < 2:
+        raise ValueError(f"custom_enable must be int32 with >= 2 elements, got {custom_enable.dtype} x "
+                         f"{custom_enable.numel()}")
+    if qo_indptr.dtype not in INDEX_DTYPES:
+        raise ValueError(f"qo_indptr must be int32 or int64, got {qo_indptr.dtype}")
+    if qo_indptr_gated.dtype != qo_indptr.dtype or qo_indptr_gated.numel() != qo_indptr.numel():
+        raise ValueError("qo_indptr_gated must have qo_indptr's dtype and number of elements")
+    lib = _lib.load_library()
+    lib.verify_gate(gate_state.data_ptr(), qo_indptr.data_ptr(), qo_indptr_gated.data_ptr(), qo_indptr.numel(),
+                    qo_indptr.dtype == torch.int64, custom_enable.data_ptr(),
+                    torch.cuda.current_stream(gate_state.device).cuda_stream)

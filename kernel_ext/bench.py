@@ -1,0 +1,280 @@
+"""Benchmark of the CUDA verify kernel against SGLang's Triton kernels, with both roofline ceilings.
+
+    python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton]
+
+For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
+SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. KV rows are
+scattered over a pool of at least 256 MB and small shapes rotate through several index sets, so the L2 cache
+does not serve repeated calls. The roofline bound is max(min bytes / copy bandwidth, flops / bf16 matmul
+rate), both ceilings measured in the same run. Writes bench.json, bench.md and bench.png into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from kernel_ext import api
+from kernel_ext.gpu_parity import load_sglang_triton
+from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
+from kernel_ext.testing import random_tree_parents, tree_tail_mask
+
+GRIDS = {
+    "full": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1, 4, 16, 64), prefix=(1024, 4096, 16384, 65536),
+                 mask=("tree", "chain")),
+    "quick": dict(H=(8, 16), T=(8, 64), batch=(1, 16), prefix=(4096, 65536), mask=("tree",)),
+}
+MIN_POOL_BYTES = 256 << 20
+ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
+MAX_SETS = 64
+
+
+def measure_copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read + written per second (median of events)."""
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = time_graph(lambda: b.copy_(a), reps=20)
+    del a, b
+    return 2 * n / (ms * 1e-3)
+
+
+def measure_matmul_rate() -> float:
+    """bf16 8192^3 matmul on random data, FLOP per second."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    ms = time_graph(lambda: a @ b, reps=20)
+    return 2 * n ** 3 / (ms * 1e-3)
+
+
+def time_graph(fn, reps: int, calls: int = 1) -> float:
+    """Median milliseconds of one call: `calls` calls captured in a CUDA graph, replayed `reps` times."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm-up: JIT, kernel attributes
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(times)
+
+
+def time_eager(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+class Shape:
+    """Inputs of one benchmark shape, with `sets` scattered kv_indices sets over one pool."""
+
+    def __init__(self, H, T, batch, prefix, mask, seed=0):
+        self.H, self.T, self.batch, self.prefix, self.mask = H, T, batch, prefix, mask
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        total = batch * prefix
+        kv_bytes = total * MLA_QK_DIM * 2
+        self.sets = max(1, min(MAX_SETS, ROTATE_BYTES // max(kv_bytes, 1)))
+        pool = max(2 * total, MIN_POOL_BYTES // (MLA_QK_DIM * 2), self.sets * total)
+        self.k_buffer = torch.randn(pool, 1, MLA_QK_DIM, generator=gen, device="cuda").to(torch.bfloat16)
+        self.v_buffer = self.k_buffer[..., :MLA_V_DIM]
+        perm = torch.randperm(pool, generator=gen, device="cuda")
+        self.kv_indices = [perm[i * total:(i + 1) * total].clone() for i in range(self.sets)]
+        n = batch * T
+        self.q = torch.randn(n, H, MLA_QK_DIM, generator=gen, device="cuda").to(torch.bfloat16)
+        self.k = torch.randn(n, 1, MLA_QK_DIM, generator=gen, device="cuda").to(torch.bfloat16)
+        self.v = self.k[..., :MLA_V_DIM].contiguous()
+        self.o = torch.empty(n, H, MLA_V_DIM, dtype=torch.bfloat16, device="cuda")
+        ar = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
+        self.qo_indptr, self.kv_indptr = ar * T, ar * prefix
+        self.mask_indptr = ar.to(torch.int64) * (T * (prefix + T))
+        cpu_gen = torch.Generator().manual_seed(seed)
+        blocks = torch.ones(batch, T, prefix + T, dtype=torch.bool, device="cuda")
+        for b in range(batch):
+            tree = random_tree_parents(T, cpu_gen) if mask == "tree" else list(range(-1, T - 1))
+            blocks[b, :, prefix:] = tree_tail_mask(tree).to("cuda")
+        self.custom_mask = blocks.flatten()
+        self.workspace = torch.empty(api.workspace_bytes(batch, H, T), dtype=torch.uint8, device="cuda")
+        self.sm_scale = 1.0 / math.sqrt(MLA_QK_DIM)
+
+    def args(self, i: int):
+        return (self.q, self.k, self.v, self.o, self.k_buffer, self.v_buffer, self.qo_indptr, self.kv_indptr,
+                self.kv_indices[i], self.custom_mask, True, self.mask_indptr, self.T, 1.0, 1.0, self.sm_scale)
+
+    def min_bytes(self) -> int:
+        b, p, t, h = self.batch, self.prefix, self.T, self.H
+        return (b * p * (MLA_QK_DIM * 2 + 8) + b * t * h * (MLA_QK_DIM + MLA_V_DIM) * 2
+                + b * t * (MLA_QK_DIM + MLA_V_DIM) * 2 + b * t * t)
+
+    def flops(self) -> int:
+        return 2 * self.batch * self.H * self.T * (self.prefix + self.T) * (MLA_QK_DIM + MLA_V_DIM)
+
+
+def rotating(shape: Shape, call):
+    state = {"i": 0}
+
+    def fn():
+        call(*shape.args(state["i"] % shape.sets))
+        state["i"] += 1
+    return fn
+
+
+def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: int) -> dict:
+    ours = time_graph(rotating(shape, lambda *a: api.verify_attention(*a, workspace=shape.workspace)),
+                      reps=reps, calls=shape.sets)
+    row = dict(H=shape.H, T=shape.T, batch=shape.batch, prefix=shape.prefix, mask=shape.mask, sets=shape.sets,
+               ours_us=ours * 1e3, triton_us=None, shared_us=None)
+    if triton_fwd is not None:
+        calls = min(shape.sets, 4)
+        row["triton_us"] = time_graph(rotating(shape, triton_fwd), reps=triton_reps, calls=calls) * 1e3
+    if shared_fwd is not None and shape.mask == "chain":
+        try:
+            if shared_fwd(*shape.args(0), max_bs=max(64, shape.batch)):
+                row["shared_us"] = time_eager(lambda: shared_fwd(*shape.args(0), max_bs=max(64, shape.batch)),
+                                              reps=triton_reps) * 1e3
+        except Exception as exc:  # verify_shared_kv_fwd runs out of shared memory at large T
+            row["shared_error"] = repr(exc)[:160]
+    return row
+
+
+def roofline(row: dict, shape: Shape, copy_bw: float, mm_rate: float) -> dict:
+    t_mem, t_flop = shape.min_bytes() / copy_bw, shape.flops() / mm_rate
+    bound = max(t_mem, t_flop)
+    row.update(min_bytes=shape.min_bytes(), flops=shape.flops(), floor_mem_us=t_mem * 1e6,
+               floor_flop_us=t_flop * 1e6, bound=("memory" if t_mem >= t_flop else "compute"),
+               roofline_fraction=bound * 1e6 / row["ours_us"])
+    if row["triton_us"]:
+        row["speedup_vs_triton"] = row["triton_us"] / row["ours_us"]
+    if row["shared_us"]:
+        row["speedup_vs_shared"] = row["shared_us"] / row["ours_us"]
+    return row
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# verify kernel benchmark ({report['label']})", "",
+             f"{report['gpu']}, torch {report['torch']}, triton {report['triton']}; copy {report['copy_gbs']:.0f} GB/s, "
+             f"bf16 matmul {report['matmul_tflops']:.0f} TFLOP/s (measured in this run)", "",
+             "| H | T | batch | prefix | mask | ours us | triton us | shared us | x triton | floor us | bound | % roofline |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
+        lines.append(f"| {r['H']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['mask']} | {r['ours_us']:.1f} | "
+                     f"{fmt(r['triton_us'])} | {fmt(r['shared_us'])} | {fmt(r.get('speedup_vs_triton'))} | "
+                     f"{max(r['floor_mem_us'], r['floor_flop_us']):.1f} | {r['bound']} | "
+                     f"{100 * r['roofline_fraction']:.0f} |")
+    s = report["summary"]
+    lines += ["", f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); "
+              f"median roofline fraction: memory-bound {s['median_roof_memory']}, compute-bound {s['median_roof_compute']}"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    labels = [f"{r['H']}/{r['T']}/{r['batch']}/{r['prefix']}" for r in rows]
+    x = range(len(rows))
+    axes[0].bar(x, [r.get("speedup_vs_triton") or 0 for r in rows])
+    axes[0].set_yscale("log")
+    axes[0].set_title("speedup vs SGLang Triton extend_attention_fwd")
+    axes[1].bar(x, [100 * r["roofline_fraction"] for r in rows],
+                color=["tab:blue" if r["bound"] == "memory" else "tab:orange" for r in rows])
+    axes[1].set_title("% of roofline bound (blue memory-bound, orange compute-bound)")
+    for ax in axes:
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, rotation=90, fontsize=4)
+        ax.set_xlabel("H/T/batch/prefix")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+
+
+def summarise(rows: list[dict]) -> dict:
+    speed = [r["speedup_vs_triton"] for r in rows if r.get("speedup_vs_triton")]
+    mem = sorted(r["roofline_fraction"] for r in rows if r["bound"] == "memory")
+    comp = sorted(r["roofline_fraction"] for r in rows if r["bound"] == "compute")
+    med = lambda v: round(statistics.median(v), 3) if v else None  # noqa: E731
+    return dict(median_speedup=statistics.median(speed) if speed else float("nan"),
+                min_speedup=min(speed) if speed else float("nan"),
+                median_roof_memory=med(mem), median_roof_compute=med(comp),
+                min_roof_memory=min(mem) if mem else None, min_roof_compute=min(comp) if comp else None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="full")
+    parser.add_argument("--out", type=Path, default=Path("bench_out"))
+    parser.add_argument("--label", default="dev")
+    parser.add_argument("--no-triton", action="store_true")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--triton-reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    triton_fwd = None if args.no_triton else load_sglang_triton()
+    shared_fwd = None
+    if not args.no_triton:
+        try:
+            from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd as shared_fwd
+        except ImportError:
+            shared_fwd = None
+    copy_bw, mm_rate = measure_copy_bandwidth(), measure_matmul_rate()
+    print(f"copy {copy_bw / 1e9:.0f} GB/s, bf16 matmul {mm_rate / 1e12:.0f} TFLOP/s", flush=True)
+    g = GRIDS[args.grid]
+    rows, started = [], time.time()
+    for H, T, batch, prefix, mask in itertools.product(g["H"], g["T"], g["batch"], g["prefix"], g["mask"]):
+        shape = Shape(H, T, batch, prefix, mask)
+        row = roofline(bench_shape(shape, triton_fwd, shared_fwd, args.reps, args.triton_reps), shape, copy_bw, mm_rate)
+        rows.append(row)
+        print(f"{H:>3} {T:>3} {batch:>3} {prefix:>6} {mask:>5} ours {row['ours_us']:9.1f} us  triton "
+              f"{row['triton_us'] or 0:9.1f}  x{row.get('speedup_vs_triton', 0):6.1f}  roof "
+              f"{100 * row['roofline_fraction']:5.1f}% ({row['bound']})", flush=True)
+        del shape
+        torch.cuda.empty_cache()
+    report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
+                  seconds=time.time() - started, rows=rows, summary=summarise(rows))
+    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+    (args.out / "bench.md").write_text(markdown(report))
+    plot(report, args.out / "bench.png")
+    s = report["summary"]
+    print(f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); roofline fraction "
+          f"memory-bound median {s['median_roof_memory']} min {s['min_roof_memory']}, compute-bound median "
+          f"{s['median_roof_compute']} min {s['min_roof_compute']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Build libcutover_verify.so from kernel_ext/csrc with nvcc (no torch needed).
+
+    python -m kernel_ext.build [--out DIR] [--arch sm_90a --arch sm_120]
+
+`build_library` is what `cutover build` packages. The build is all-or-nothing: nvcc writes into a temporary
+directory and the library is moved into place only when it compiled.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ABI_VERSION = 1  # must equal CUTOVER_ABI_VERSION in csrc/cutover_verify.h (checked by _abi_version_in_header)
+
+# Minimum NVIDIA driver for code built by CUDA 13.0: NVIDIA's CUDA 13.0 release notes, table "CUDA Toolkit and
+# Corresponding Driver Versions" (Linux x86_64: >= 580.65.06). CUDA minor-version compatibility lets a 13.x
+# build run on any 13.0-era driver; the library embeds PTX for compute_120 only, so older drivers cannot JIT it.
+MIN_DRIVER = "580.65.06"
+
+LIBRARY_NAME = "libcutover_verify.so"
+CSRC = Path(__file__).resolve().parent / "csrc"
+DEFAULT_ARCHS = ("sm_90a", "sm_120")
+NVCC_ENV = "CUTOVER_NVCC"
+
+
+class KernelBuildError(Exception):
+    """The kernel library could not be built; the message says why and what to do."""
+
+
+def source_files() -> list[Path]:
+    """Every file that goes into the library (sorted), for hashing and packaging."""
+    return sorted(p for p in CSRC.rglob("*") if p.is_file() and p.suffix in {".cu", ".cuh", ".h"})
+
+
+def _find_nvcc(nvcc: str | None) -> str:
+    candidate = nvcc or os.environ.get(NVCC_ENV) or shutil.which("nvcc")
+    if candidate is None and Path("/usr/local/cuda/bin/nvcc").exists():
+        candidate = "/usr/local/cuda/bin/nvcc"
+    if candidate is None:
+        raise KernelBuildError(
+            f"nvcc not found: set {NVCC_ENV}=/path/to/nvcc or put the CUDA toolkit's bin/ on PATH "
+            "(e.g. export PATH=/usr/local/cuda/bin:$PATH)"
+        )
+    if shutil.which(candidate) is None and not Path(candidate).is_file():
+        raise KernelBuildError(f"nvcc '{candidate}' does not exist: fix {NVCC_ENV} or PATH")
+    return candidate
+
+
+def nvcc_version(nvcc: str | None = None) -> str:
+    """The release of the nvcc that would build, e.g. '13.0.88'."""
+    exe = _find_nvcc(nvcc)
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise KernelBuildError(f"could not run '{exe} --version': {exc}") from exc
+    match = re.search(r"release [\d.]+, V([\d.]+)", out)
+    if not match:
+        raise KernelBuildError(f"could not read the version from '{exe} --version' output: {out.strip()[:200]}")
+    return match.group(1)
+
+
+def _gencode_flags(archs: tuple[str, ...] | list[str]) -> tuple[list[str], str]:
+    """nvcc -gencode flags for the archs (SASS for each, PTX of the newest), and the targets string."""
+    if not archs:
+        raise KernelBuildError("no target archs given: pass e.g. ('sm_90a', 'sm_120')")
+    flags, targets = [], []
+    for arch in archs:
+        match = re.fullmatch(r"sm_(\d+)(a?)", arch)
+        if not match:
+            raise KernelBuildError(f"bad arch '{arch}': expected the form sm_90a or sm_120")
+        num, suffix = match.groups()
+        flags.append(f"-gencode=arch=compute_{num}{suffix},code=sm_{num}{suffix}")
+        targets.append(arch)
+    newest = max(archs, key=lambda a: int(re.sub(r"\D", "", a)))
+    num = re.sub(r"\D", "", newest)
+    suffix = "a" if newest.endswith("a") else ""
+    flags.append(f"-gencode=arch=compute_{num}{suffix},code=compute_{num}{suffix}")
+    targets.append(f"compute_{num}{suffix}")
+    return flags, ",".join(targets)
+
+
+def _abi_version_in_header() -> int:
+    text = (CSRC / "cutover_verify.h").read_text()
+    match = re.search(r"#define CUTOVER_ABI_VERSION (\d+)", text)
+    if not match:
+        raise KernelBuildError("csrc/cutover_verify.h defines no CUTOVER_ABI_VERSION")
+    return int(match.group(1))
+
+
+def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None) -> Path:
+    """Compile csrc into out_dir/libcutover_verify.so and return its path (nothing is left behind on failure)."""
+    if _abi_version_in_header() != ABI_VERSION:
+        raise KernelBuildError("kernel_ext/build.py ABI_VERSION and csrc/cutover_verify.h disagree: update both")
+    exe = _find_nvcc(nvcc)
+    gencode, targets = _gencode_flags(tuple(archs))
+    sources = [str(p) for p in source_files() if p.suffix == ".cu"]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        target = Path(tmp) / LIBRARY_NAME
+        cmd = [exe, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
+               "--expt-relaxed-constexpr", "-lineinfo", f'-DCUTOVER_TARGETS="{targets}"',
+               *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()] or proc.stderr.splitlines()
+            raise KernelBuildError("nvcc failed to compile kernel_ext/csrc:\n  " + "\n  ".join(errors[:12]))
+        final = out_dir / LIBRARY_NAME
+        os.replace(target, final)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "build")
+    parser.add_argument("--arch", action="append", help="target arch (repeatable); default sm_90a and sm_120")
+    parser.add_argument("--nvcc", help=f"nvcc to use (default: ${NVCC_ENV}, then PATH)")
+    args = parser.parse_args(argv)
+    try:
+        path = build_library(args.out, tuple(args.arch or DEFAULT_ARCHS), args.nvcc)
+    except KernelBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+/* cutover verify attention: the versioned C ABI of libcutover_verify.so.
+ *
+ * Tree-masked MLA target-verify attention over a page-size-1 KV pool, exactly the semantics of SGLang's
+ * Triton extend_attention_fwd with skip_prefix_custom_mask=True (docs/kernel.md). No torch types: any
+ * caller that can hand over device pointers and a cudaStream_t can use it (ctypes in kernel_ext/_lib.py).
+ *
+ * Version policy: CUTOVER_ABI_VERSION changes whenever a struct layout, an enum value or a function
+ * signature changes. Callers must refuse a library whose cutover_abi_version() differs from theirs.
+ * CutoverVerifyParams.struct_size must be set to sizeof(CutoverVerifyParams) by the caller.
+ */
+#ifndef CUTOVER_VERIFY_H_
+#define CUTOVER_VERIFY_H_
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUTOVER_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define CUTOVER_API __attribute__((visibility("default")))
+#else
+#define CUTOVER_API
+#endif
+
+/* Return codes. cutover_last_error() gives the message of the last failure on the calling thread. */
+enum CutoverStatus {
+  CUTOVER_OK = 0,
+  CUTOVER_ERR_INVALID_ARGUMENT = 1, /* malformed params (null pointer, bad shape, bad stride) */
+  CUTOVER_ERR_UNSUPPORTED = 2,      /* well-formed but outside what the kernel serves: fall back */
+  CUTOVER_ERR_WORKSPACE = 3,        /* workspace missing or smaller than cutover_workspace_bytes() */
+  CUTOVER_ERR_CUDA = 4,             /* a CUDA runtime call or a launch failed */
+  CUTOVER_ERR_ARCH = 5              /* the library holds no kernel image for this device */
+};
+
+/* Element types of the tensors handed over. */
+enum CutoverDtype {
+  CUTOVER_DTYPE_INT32 = 1,
+  CUTOVER_DTYPE_INT64 = 2,
+  CUTOVER_DTYPE_UINT8 = 3, /* torch.bool, torch.uint8, torch.int8: nonzero = visible */
+  CUTOVER_DTYPE_BF16 = 4,
+  CUTOVER_DTYPE_FP32 = 5
+};
+
+/* One verify-attention call. All pointers are device pointers; all strides are in ELEMENTS.
+ * N = number of draft tokens in the batch (q.shape[0]), B = batch, H = heads, T = max draft tokens per request.
+ * Request b owns draft tokens qo_indptr[b] .. qo_indptr[b+1]-1 (at most T of them; more are ignored, as in
+ * SGLang whose grid also stops at max_len_extend) and prefix rows kv_indices[kv_indptr[b] .. kv_indptr[b+1]-1]. */
+typedef struct CutoverVerifyParams {
+  uint32_t struct_size;   /* sizeof(CutoverVerifyParams) */
+  int32_t batch;          /* B >= 1 */
+  int32_t num_heads;      /* H, 1..128 */
+  int32_t max_extend;     /* T, 1..64 */
+  int32_t head_dim_qk;    /* must be 576 */
+  int32_t head_dim_v;     /* must be 512 */
+
+  const void* q;          /* bf16 [N, H, 576], last dim contiguous */
+  int64_t q_stride_token; /* stride of dim 0 */
+  int64_t q_stride_head;  /* stride of dim 1 */
+  const void* k_extend;   /* bf16 [N, 1, 576], last dim contiguous */
+  int64_t k_extend_stride_token;
+  const void* v_extend;   /* bf16 [N, 1, 512], last dim contiguous */
+  int64_t v_extend_stride_token;
+  void* o;                /* bf16 [N, H, 512], last dim contiguous; written */
+  int64_t o_stride_token;
+  int64_t o_stride_head;
+  const void* kv_buffer;  /* bf16 [pool, 1, 576]: K rows; V is its first 512 dims (SGLang's v_buffer view) */
+  int64_t kv_buffer_stride_row;
+
+  const void* qo_indptr;  /* [B+1], dtype qo_indptr_dtype (INT32 or INT64) */
+  int32_t qo_indptr_dtype;
+  const void* kv_indptr;  /* [B+1], INT32 or INT64 */
+  int32_t kv_indptr_dtype;
+  const void* kv_indices; /* [>= kv_indptr[B]], INT32 or INT64: row ids into kv_buffer */
+  int32_t kv_indices_dtype;
+  const void* custom_mask;/* NULL (causal or full tail) or UINT8 flat buffer, SGLang layout (docs/kernel.md) */
+  int32_t custom_mask_dtype;
+  const void* mask_indptr;/* [B+1] INT32 or INT64 when custom_mask != NULL */
+  int32_t mask_indptr_dtype;
+  int32_t is_causal;      /* used only when custom_mask == NULL: 1 causal tail, 0 every draft token visible */
+
+  float sm_scale;         /* softmax scale (SGLang default 1/sqrt(576)) */
+  float k_scale;          /* multiplies prefix scores (KV-pool keys only, as SGLang) when k_scale_ptr is NULL */
+  float v_scale;          /* multiplies the prefix P.V (KV-pool values only, as SGLang) when v_scale_ptr is NULL */
+  const float* k_scale_ptr; /* optional FP32 device scalar; read on the device (graph-safe) */
+  const float* v_scale_ptr; /* optional FP32 device scalar */
+  const int32_t* enable;  /* optional device flag: when non-NULL and *enable == 0 every kernel exits at once and
+                             nothing is written (the live-switch gate) */
+
+  void* workspace;        /* device scratch of at least cutover_workspace_bytes(...) bytes, 16-byte aligned */
+  int64_t workspace_bytes;
+  int32_t num_sms;        /* multiprocessor count of the device (fixes the work split; same value as passed
+                             to cutover_workspace_bytes) */
+  int32_t config;         /* 0 auto; 1 large tiles (needs ~190 KB shared memory per block: sm_90);
+                             2 small tiles (~80 KB: sm_120 class). For tests. */
+} CutoverVerifyParams;
+
+CUTOVER_API int cutover_abi_version(void);
+CUTOVER_API const char* cutover_last_error(void);
+/* Comma-separated targets compiled into this library, e.g. "sm_90a,sm_120,compute_120". */
+CUTOVER_API const char* cutover_build_targets(void);
+/* 0 when the kernels can run on `device`; CUTOVER_ERR_ARCH with a message naming the device's arch otherwise. */
+CUTOVER_API int cutover_check_device(int device);
+/* Bytes of workspace one call with these shapes needs (host-computable, independent of tensor contents). */
+CUTOVER_API int64_t cutover_workspace_bytes(int32_t batch, int32_t num_heads, int32_t max_extend, int32_t num_sms,
+                                int32_t config, int device);
+/* Enqueue the verify attention on `stream`. No host synchronisation, no allocation: CUDA-graph capturable. */
+CUTOVER_API int cutover_verify_attention(const CutoverVerifyParams* params, cudaStream_t stream);
+/* Live-switch gate, one tiny kernel. gate_state: device int32[4] = {mode (0 triton, 1 shadow, 2 custom),
+ * sample_every (>= 1), call_counter, reserved}. Increments call_counter; writes
+ * custom_enable[0] = (mode == 2) and custom_enable[1] = (mode == 1 && counter % sample_every == 0) with the
+ * counter value before the increment; qo_indptr_gated[0..n) = mode == 2 ? 0 : qo_indptr[0..n). */
+CUTOVER_API int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,
+                        int indptr_is_int64, int32_t* custom_enable, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUTOVER_VERIFY_H_ */

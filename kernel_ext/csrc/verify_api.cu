@@ -1,0 +1,302 @@
+// Host side of libcutover_verify.so: argument checks, workspace layout, launches, error reporting.
+// Every CUDA call and launch is checked; failures return a CutoverStatus with a message in
+// cutover_last_error(). Nothing here synchronises or allocates: the call is CUDA-graph capturable.
+#include <cuda_runtime.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+
+#include "cutover_verify.h"
+#include "verify_kernels.cuh"
+
+#ifndef CUTOVER_TARGETS
+#define CUTOVER_TARGETS "unknown"
+#endif
+
+namespace {
+
+using namespace cutover;
+
+thread_local char g_error[1024] = "";
+
+int fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_error, sizeof(g_error), fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+#define CUTOVER_CUDA_CHECK(expr, what)                                                             \
+  do {                                                                                             \
+    cudaError_t err_ = (expr);                                                                     \
+    if (err_ != cudaSuccess)                                                                       \
+      return fail(CUTOVER_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorName(err_), cudaGetErrorString(err_)); \
+  } while (0)
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceInfo {
+  bool ready = false;
+  int smem_optin = 0;
+  int large_blocks_per_sm = 0;
+  int small_blocks_per_sm = 0;
+};
+DeviceInfo g_devices[kMaxDevices];
+std::mutex g_devices_mutex;
+
+template <class C, typename IdxT>
+int prepare_main_kernel(int* blocks_per_sm) {
+  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_main_kernel<C, IdxT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          C::SMEM_BYTES),
+                     "cudaFuncSetAttribute(max dynamic shared memory)");
+  CUTOVER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, verify_main_kernel<C, IdxT>,
+                                                                   C::THREADS, C::SMEM_BYTES),
+                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return CUTOVER_OK;
+}
+
+// Per-device, once: shared-memory limit, kernel attributes, occupancy. Host-only queries (capture safe).
+int device_info(int device, const DeviceInfo** out) {
+  if (device < 0 || device >= kMaxDevices) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "device %d out of range", device);
+  std::lock_guard<std::mutex> lock(g_devices_mutex);
+  DeviceInfo& d = g_devices[device];
+  if (!d.ready) {
+    int current = 0;
+    CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
+    CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                       "cudaDeviceGetAttribute(shared memory per block)");
+    int rc = CUTOVER_OK, dummy = 0;
+    if (d.smem_optin >= LargeTiles::SMEM_BYTES) {
+      if ((rc = prepare_main_kernel<LargeTiles, int>(&d.large_blocks_per_sm)) != CUTOVER_OK) return rc;
+      if ((rc = prepare_main_kernel<LargeTiles, long long>(&dummy)) != CUTOVER_OK) return rc;
+    }
+    if (d.smem_optin >= SmallTiles::SMEM_BYTES) {
+      if ((rc = prepare_main_kernel<SmallTiles, int>(&d.small_blocks_per_sm)) != CUTOVER_OK) return rc;
+      if ((rc = prepare_main_kernel<SmallTiles, long long>(&dummy)) != CUTOVER_OK) return rc;
+    }
+    if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(current), "cudaSetDevice");
+    d.ready = true;
+  }
+  *out = &d;
+  return CUTOVER_OK;
+}
+
+// The launch geometry: everything derives from host-known shapes, never from tensor contents.
+struct Plan {
+  int config;      // 1 large, 2 small
+  int m_tile;
+  int threads;
+  int smem;
+  int row_tiles;   // ceil(T*H / m_tile)
+  int g_target;    // CTAs worth of prefix splits
+  int g;           // g_target + batch: upper bound of splits
+  int rcap;        // rows per request = T*H
+  int slots;       // partial slots = 2 * g_target
+  int64_t off_req, off_lse, off_o, bytes;
+};
+
+int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+int make_plan(int32_t batch, int32_t heads, int32_t max_extend, int32_t num_sms, int32_t config, int device,
+              Plan* p) {
+  if (batch < 1) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "batch must be >= 1, got %d", batch);
+  if (heads < 1 || heads > 128) return fail(CUTOVER_ERR_UNSUPPORTED, "num_heads %d outside 1..128", heads);
+  if (max_extend < 1 || max_extend > 64)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "max_extend (draft tokens per request) %d outside 1..64", max_extend);
+  if (num_sms < 1) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "num_sms must be >= 1, got %d", num_sms);
+  const DeviceInfo* d = nullptr;
+  int rc = device_info(device, &d);
+  if (rc != CUTOVER_OK) return rc;
+  if (config == 0) config = d->smem_optin >= LargeTiles::SMEM_BYTES ? 1 : 2;
+  if (config == 1 && d->smem_optin < LargeTiles::SMEM_BYTES)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "large tiles need %d bytes of shared memory per block, device has %d",
+                LargeTiles::SMEM_BYTES, d->smem_optin);
+  if (config == 2 && d->smem_optin < SmallTiles::SMEM_BYTES)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "small tiles need %d bytes of shared memory per block, device has %d",
+                SmallTiles::SMEM_BYTES, d->smem_optin);
+  if (config != 1 && config != 2) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "config must be 0, 1 or 2, got %d", config);
+  p->config = config;
+  p->m_tile = config == 1 ? LargeTiles::M_TILE : SmallTiles::M_TILE;
+  p->threads = config == 1 ? LargeTiles::THREADS : SmallTiles::THREADS;
+  p->smem = config == 1 ? LargeTiles::SMEM_BYTES : SmallTiles::SMEM_BYTES;
+  const int per_sm = config == 1 ? d->large_blocks_per_sm : d->small_blocks_per_sm;
+  if (per_sm < 1) return fail(CUTOVER_ERR_UNSUPPORTED, "the verify kernel cannot be resident on this device");
+  p->rcap = heads * max_extend;
+  p->row_tiles = (p->rcap + p->m_tile - 1) / p->m_tile;
+  p->g_target = num_sms * per_sm / p->row_tiles;
+  if (p->g_target < 1) p->g_target = 1;
+  p->g = p->g_target + batch;
+  p->slots = 2 * p->g_target;
+  p->off_req = align256((int64_t)p->g * sizeof(int4));
+  p->off_lse = p->off_req + align256((int64_t)batch * sizeof(int2));
+  p->off_o = p->off_lse + align256((int64_t)p->slots * p->rcap * sizeof(float));
+  p->bytes = p->off_o + (int64_t)p->slots * p->rcap * kDimV * sizeof(float);
+  return CUTOVER_OK;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+int check_index_dtype(int dtype, const char* name) {
+  if (dtype != CUTOVER_DTYPE_INT32 && dtype != CUTOVER_DTYPE_INT64)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "%s must be INT32 or INT64, got dtype code %d", name, dtype);
+  return CUTOVER_OK;
+}
+
+int check_params(const CutoverVerifyParams* a) {
+  if (a == nullptr) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "params is NULL");
+  if (a->struct_size != sizeof(CutoverVerifyParams))
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "params.struct_size %u != %zu: caller built against another ABI",
+                a->struct_size, sizeof(CutoverVerifyParams));
+  if (a->head_dim_qk != kDimQK || a->head_dim_v != kDimV)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "head dims %d/%d: only 576/512 (MLA absorbed) are served", a->head_dim_qk,
+                a->head_dim_v);
+  struct { const void* p; const char* name; } required[] = {
+      {a->q, "q"}, {a->k_extend, "k_extend"}, {a->v_extend, "v_extend"}, {a->o, "o"},
+      {a->kv_buffer, "kv_buffer"}, {a->qo_indptr, "qo_indptr"}, {a->kv_indptr, "kv_indptr"},
+      {a->kv_indices, "kv_indices"}, {a->workspace, "workspace"}};
+  for (auto& r : required)
+    if (r.p == nullptr) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  int rc;
+  if ((rc = check_index_dtype(a->qo_indptr_dtype, "qo_indptr")) != CUTOVER_OK) return rc;
+  if ((rc = check_index_dtype(a->kv_indptr_dtype, "kv_indptr")) != CUTOVER_OK) return rc;
+  if ((rc = check_index_dtype(a->kv_indices_dtype, "kv_indices")) != CUTOVER_OK) return rc;
+  if (a->custom_mask != nullptr) {
+    if (a->custom_mask_dtype != CUTOVER_DTYPE_UINT8)
+      return fail(CUTOVER_ERR_INVALID_ARGUMENT, "custom_mask must be a 1-byte type (UINT8), got dtype code %d",
+                  a->custom_mask_dtype);
+    if (a->mask_indptr == nullptr) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "mask_indptr is NULL with a custom_mask");
+    if ((rc = check_index_dtype(a->mask_indptr_dtype, "mask_indptr")) != CUTOVER_OK) return rc;
+  }
+  // 16-byte vector loads/stores: base pointers 16-byte aligned, row strides multiples of 8 elements.
+  struct { const void* p; int64_t s0, s1; const char* name; } vec[] = {
+      {a->q, a->q_stride_token, a->q_stride_head, "q"},
+      {a->k_extend, a->k_extend_stride_token, 8, "k_extend"},
+      {a->v_extend, a->v_extend_stride_token, 8, "v_extend"},
+      {a->o, a->o_stride_token, a->o_stride_head, "o"},
+      {a->kv_buffer, a->kv_buffer_stride_row, 8, "kv_buffer"}};
+  for (auto& v : vec)
+    if (!aligned16(v.p) || v.s0 % 8 != 0 || v.s1 % 8 != 0 || v.s0 <= 0 || v.s1 <= 0)
+      return fail(CUTOVER_ERR_UNSUPPORTED, "%s: pointer not 16-byte aligned or strides (%lld, %lld) not positive "
+                  "multiples of 8 elements", v.name, (long long)v.s0, (long long)v.s1);
+  if (!aligned16(a->workspace)) return fail(CUTOVER_ERR_WORKSPACE, "workspace is not 16-byte aligned");
+  return CUTOVER_OK;
+}
+
+template <class C>
+int launch_main(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
+  dim3 grid(p.row_tiles, p.g);
+  if (idx64) verify_main_kernel<C, long long><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
+  else verify_main_kernel<C, int><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_main_kernel");
+  return CUTOVER_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int cutover_abi_version(void) { return CUTOVER_ABI_VERSION; }
+
+const char* cutover_last_error(void) { return g_error; }
+
+const char* cutover_build_targets(void) { return CUTOVER_TARGETS; }
+
+int cutover_check_device(int device) {
+  int count = 0;
+  CUTOVER_CUDA_CHECK(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "no CUDA device %d (%d present)", device, count);
+  int major = 0, minor = 0;
+  CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  int current = 0;
+  CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, verify_plan_kernel);
+  if (current != device) cudaSetDevice(current);
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    cudaGetLastError();
+    return fail(CUTOVER_ERR_ARCH, "device %d is sm_%d%d; this library holds kernels for %s only: rebuild with "
+                "this arch (cutover build --arch sm_%d%d)", device, major, minor, CUTOVER_TARGETS, major, minor);
+  }
+  CUTOVER_CUDA_CHECK(err, "cudaFuncGetAttributes");
+  const DeviceInfo* d = nullptr;
+  int rc = device_info(device, &d);
+  if (rc != CUTOVER_OK) return rc;
+  if (d->smem_optin < SmallTiles::SMEM_BYTES)
+    return fail(CUTOVER_ERR_ARCH, "device %d offers %d bytes of shared memory per block; the kernel needs %d", device,
+                d->smem_optin, SmallTiles::SMEM_BYTES);
+  return CUTOVER_OK;
+}
+
+int64_t cutover_workspace_bytes(int32_t batch, int32_t num_heads, int32_t max_extend, int32_t num_sms, int32_t config,
+                                int device) {
+  Plan p;
+  if (make_plan(batch, num_heads, max_extend, num_sms, config, device, &p) != CUTOVER_OK) return -1;
+  return p.bytes;
+}
+
+int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) {
+  int rc = check_params(a);
+  if (rc != CUTOVER_OK) return rc;
+  int device = 0;
+  CUTOVER_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  Plan p;
+  if ((rc = make_plan(a->batch, a->num_heads, a->max_extend, a->num_sms, a->config, device, &p)) != CUTOVER_OK)
+    return rc;
+  if (a->workspace_bytes < p.bytes)
+    return fail(CUTOVER_ERR_WORKSPACE, "workspace has %lld bytes, this call needs %lld (cutover_workspace_bytes)",
+                (long long)a->workspace_bytes, (long long)p.bytes);
+
+  KernelArgs k;
+  k.q = static_cast<const __nv_bfloat16*>(a->q);
+  k.sq0 = a->q_stride_token; k.sq1 = a->q_stride_head;
+  k.kx = static_cast<const __nv_bfloat16*>(a->k_extend); k.skx = a->k_extend_stride_token;
+  k.vx = static_cast<const __nv_bfloat16*>(a->v_extend); k.svx = a->v_extend_stride_token;
+  k.o = static_cast<__nv_bfloat16*>(a->o);
+  k.so0 = a->o_stride_token; k.so1 = a->o_stride_head;
+  k.kv = static_cast<const __nv_bfloat16*>(a->kv_buffer); k.skv = a->kv_buffer_stride_row;
+  k.qo_indptr = a->qo_indptr; k.kv_indptr = a->kv_indptr; k.kv_indices = a->kv_indices;
+  k.mask = static_cast<const uint8_t*>(a->custom_mask); k.mask_indptr = a->mask_indptr;
+  k.qo64 = a->qo_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.kv64 = a->kv_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.mi64 = a->mask_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.is_causal = a->is_causal != 0;
+  k.B = a->batch; k.H = a->num_heads; k.T = a->max_extend;
+  k.sm_scale = a->sm_scale; k.k_scale = a->k_scale; k.v_scale = a->v_scale;
+  k.k_scale_ptr = a->k_scale_ptr; k.v_scale_ptr = a->v_scale_ptr;
+  k.enable = a->enable;
+  char* ws = static_cast<char*>(a->workspace);
+  k.work = reinterpret_cast<int4*>(ws);
+  k.req = reinterpret_cast<int2*>(ws + p.off_req);
+  k.part_lse = reinterpret_cast<float*>(ws + p.off_lse);
+  k.part_o = reinterpret_cast<float*>(ws + p.off_o);
+  k.G = p.g; k.G_target = p.g_target; k.rcap = p.rcap;
+
+  verify_plan_kernel<<<1, kPlanThreads, 0, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_plan_kernel");
+  const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
+  rc = p.config == 1 ? launch_main<LargeTiles>(p, k, idx64, stream) : launch_main<SmallTiles>(p, k, idx64, stream);
+  if (rc != CUTOVER_OK) return rc;
+  const long long items = (long long)a->batch * p.rcap;
+  const int combine_blocks = (int)(items < 4LL * a->num_sms ? items : 4LL * a->num_sms);
+  verify_combine_kernel<<<combine_blocks, kCombineThreads, 0, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_combine_kernel");
+  return CUTOVER_OK;
+}
+
+int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,
+                        int indptr_is_int64, int32_t* custom_enable, cudaStream_t stream) {
+  if (gate_state == nullptr || qo_indptr == nullptr || qo_indptr_gated == nullptr || custom_enable == nullptr)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_gate: a pointer argument is NULL");
+  if (n < 1) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_gate: n must be >= 1, got %lld", (long long)n);
+  verify_gate_kernel<<<1, 256, 0, stream>>>(gate_state, qo_indptr, qo_indptr_gated, n, indptr_is_int64,
+                                            custom_enable);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_gate_kernel");
+  return CUTOVER_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,573 @@
+// Device side of the verify attention: work plan, split-KV main kernel, split combine, live-switch gate.
+//
+// Rows of request b are its draft tokens times heads, token-major: row = t * H + h. A CTA owns one tile of
+// M_TILE rows and one key range (split) of the request's prefix; it streams the gathered KV rows through
+// shared memory (cp.async, STAGES deep), computes S = Q K^T and O += P V with mma.sync, online softmax in
+// fp32 (log2 domain). The CTA holding the last split of a request also attends to the draft tail (T keys
+// from k_extend/v_extend under the custom mask). A request served by one split writes o directly; otherwise
+// each split writes a normalised fp32 partial plus its log-sum-exp and the combine kernel merges them.
+// The plan (which CTA takes which key range) is computed on the device from kv_indptr: no host reads.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "mma_primitives.cuh"
+
+namespace cutover {
+
+constexpr int kDimQK = 576;
+constexpr int kDimV = 512;
+constexpr int kRowChunks = kDimQK * 2 / 16;  // 16-byte chunks per K row
+constexpr int kVChunks = kDimV * 2 / 16;     // 16-byte chunks per V row
+constexpr int kSplitAlign = 64;              // split boundaries fall on multiples of this many keys
+constexpr int kMinSplitKeys = 128;           // no split smaller than this (partials would cost more than keys)
+constexpr int kPlanThreads = 1024;
+constexpr int kCombineThreads = 512;
+constexpr int kSglangBlockM = 32;            // BLOCK_M of SGLang's kernel for 576/512 on sm_90 and sm_120
+
+struct KernelArgs {
+  const __nv_bfloat16* q;
+  int64_t sq0, sq1;
+  const __nv_bfloat16* kx;
+  int64_t skx;
+  const __nv_bfloat16* vx;
+  int64_t svx;
+  __nv_bfloat16* o;
+  int64_t so0, so1;
+  const __nv_bfloat16* kv;
+  int64_t skv;
+  const void* qo_indptr;
+  const void* kv_indptr;
+  const void* kv_indices;
+  const uint8_t* mask;
+  const void* mask_indptr;
+  int qo64, kv64, mi64;
+  int is_causal;
+  int B, H, T;
+  float sm_scale, k_scale, v_scale;
+  const float* k_scale_ptr;
+  const float* v_scale_ptr;
+  const int32_t* enable;
+  // workspace
+  int4* work;      // [G] {request, key_begin, key_end, partial slot or -1}; request -1 = idle CTA
+  int2* req;       // [B] {number of splits, first partial slot}
+  float* part_lse; // [slots][rcap] log2-domain log-sum-exp of each partial row
+  float* part_o;   // [slots][rcap][512] normalised partial outputs
+  int G, G_target, rcap;
+};
+
+__device__ __forceinline__ bool gate_closed(const int32_t* enable) {
+  return enable != nullptr && *reinterpret_cast<const volatile int32_t*>(enable) == 0;
+}
+
+template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WO_M_, int WO_D_>
+struct TileConfig {
+  static constexpr int M_TILE = M_TILE_, N_TILE = N_TILE_, STAGES = STAGES_;
+  static constexpr int WS_M = WS_M_, WS_N = WS_N_;  // warp grid of S = Q K^T (rows x keys)
+  static constexpr int WO_M = WO_M_, WO_D = WO_D_;  // warp grid of O = P V (rows x value dims)
+  static constexpr int WARPS = WS_M * WS_N;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int LD = kDimQK + 8;  // padded smem row (elements): 8 rows of ldmatrix hit distinct banks
+  static constexpr int P_LD = N_TILE + 8;
+  static constexpr int S_ROWS = M_TILE / WS_M, S_COLS = N_TILE / WS_N;
+  static constexpr int MT_S = S_ROWS / 16, NT_S = S_COLS / 8;
+  static constexpr int O_ROWS = M_TILE / WO_M, O_DIMS = kDimV / WO_D;
+  static constexpr int MT_O = O_ROWS / 16, NT_O = O_DIMS / 8;
+  static constexpr int OFF_Q = 0;
+  static constexpr int OFF_KV = OFF_Q + M_TILE * LD * 2;
+  static constexpr int OFF_P = OFF_KV + STAGES * N_TILE * LD * 2;
+  static constexpr int OFF_RED = OFF_P + M_TILE * P_LD * 2;       // [WS_N][M_TILE] partial row max
+  static constexpr int OFF_ALPHA = OFF_RED + WS_N * M_TILE * 4;   // [M_TILE] rescale factor
+  static constexpr int OFF_LRED = OFF_ALPHA + M_TILE * 4;         // [WS_N][M_TILE] partial row sum
+  static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;   // [M_TILE] final row max
+  static constexpr int SMEM_BYTES = OFF_MFIN + M_TILE * 4;
+  static_assert(WO_M * WO_D == WARPS, "S and O warp grids must use the same warps");
+  static_assert(S_ROWS % 16 == 0 && S_COLS % 8 == 0 && N_TILE % 16 == 0, "tile shape");
+  static_assert(O_ROWS % 16 == 0 && NT_O % 2 == 0, "O tile shape");
+  static_assert(kSplitAlign % N_TILE == 0, "split alignment");
+};
+
+// sm_90 class (227 KB shared memory per block): 64 rows x 32 keys, 3 stages, 8 warps, ~190 KB.
+using LargeTiles = TileConfig<64, 32, 3, 4, 2, 2, 4>;
+// sm_120 class (~99 KB per block): 32 rows x 16 keys, 2 stages, 4 warps, ~77 KB.
+using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Plan: split every request's prefix into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least
+// one split per request (the draft tail rides on the last). Writes work[0..G) and req[0..B). One CTA.
+// Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2* scratch /*[33]*/) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  int2 inc = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    int x = __shfl_up_sync(0xffffffffu, inc.x, d), y = __shfl_up_sync(0xffffffffu, inc.y, d);
+    if (lane >= d) { inc.x += x; inc.y += y; }
+  }
+  if (lane == 31) scratch[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int2 w = lane < nwarps ? scratch[lane] : make_int2(0, 0);
+    int2 wi = w;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      int x = __shfl_up_sync(0xffffffffu, wi.x, d), y = __shfl_up_sync(0xffffffffu, wi.y, d);
+      if (lane >= d) { wi.x += x; wi.y += y; }
+    }
+    if (lane < nwarps) scratch[lane] = make_int2(wi.x - w.x, wi.y - w.y);
+    if (lane == nwarps - 1) scratch[32] = wi;
+  }
+  __syncthreads();
+  int2 base = scratch[warp];
+  *total = scratch[32];
+  __syncthreads();
+  return make_int2(base.x + inc.x - v.x, base.y + inc.y - v.y);
+}
+
+__global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelArgs a) {
+  if (gate_closed(a.enable)) return;
+  __shared__ long long s_sum[32];
+  __shared__ int2 s_scan[33];
+  const int tid = threadIdx.x;
+  long long total = 0;
+  for (int b = tid; b < a.B; b += blockDim.x)
+    total += load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
+  if ((tid & 31) == 0) s_sum[tid >> 5] = total;
+  __syncthreads();
+  total = 0;
+  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += s_sum[w];
+  long long chunk = (total + a.G_target - 1) / a.G_target;
+  chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+  if (chunk > 0x40000000LL) chunk = 0x40000000LL;
+
+  int run_split = 0, run_slot = 0;
+  for (int base = 0; base < a.B; base += blockDim.x) {
+    const int b = base + tid;
+    long long P = 0;
+    int n = 0;
+    if (b < a.B) {
+      P = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
+      if (P < 0) P = 0;
+      n = (int)((P + chunk - 1) / chunk);
+      if (n < 1) n = 1;
+    }
+    int2 tot;
+    const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, s_scan);
+    if (b < a.B) {
+      const int slot0 = n > 1 ? run_slot + off.y : -1;
+      a.req[b] = make_int2(n, slot0);
+      for (int k = 0; k < n; ++k) {
+        const int c = run_split + off.x + k;
+        if (c < a.G) {
+          const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
+          a.work[c] = make_int4(b, (int)kb, (int)ke, n > 1 ? slot0 + k : -1);
+        }
+      }
+    }
+    run_split += tot.x;
+    run_slot += tot.y;
+  }
+  for (int c = run_split + tid; c < a.G; c += blockDim.x) a.work[c] = make_int4(-1, 0, 0, -1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Main kernel. grid = (row tiles, G): the row tiles of one split run side by side, so a split's KV rows are
+// fetched from HBM once and re-read from L2 by the other row tiles.
+// ---------------------------------------------------------------------------------------------------------
+template <class C, typename IdxT>
+__global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const KernelArgs a) {
+  if (gate_closed(a.enable)) return;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
+  __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_KV);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_P);
+  float* sRed = reinterpret_cast<float*>(smem + C::OFF_RED);
+  float* sAlpha = reinterpret_cast<float*>(smem + C::OFF_ALPHA);
+  float* sLred = reinterpret_cast<float*>(smem + C::OFF_LRED);
+  float* sMfin = reinterpret_cast<float*>(smem + C::OFF_MFIN);
+
+  const int4 wk = a.work[blockIdx.y];
+  const int b = wk.x;
+  if (b < 0) return;
+  const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
+  int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
+  ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
+  const int H = a.H;
+  const int rows_b = ext * H;
+  const int row0 = blockIdx.x * C::M_TILE;
+  if (row0 >= rows_b) return;
+  const int64_t kv_start = load_index(a.kv_indptr, b, a.kv64);
+  const int P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - kv_start);
+  const int key_begin = wk.y, key_end = wk.z, slot = wk.w;
+  const bool does_tail = key_end >= P;
+  const int64_t mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
+  const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
+  const float v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
+  const int ws_m = warp % C::WS_M, ws_n = warp / C::WS_M;
+  const int wo_m = warp % C::WO_M, wo_d = warp / C::WO_M;
+
+  // Q tile (zero rows past the request's last row).
+  for (int i = tid; i < C::M_TILE * kRowChunks; i += C::THREADS) {
+    const int r = i / kRowChunks, ch = i - r * kRowChunks, grow = row0 + r;
+    const __nv_bfloat16* src = a.q;
+    int bytes = 0;
+    if (grow < rows_b) {
+      const int t = grow / H, h = grow - t * H;
+      src = a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1 + ch * 8;
+      bytes = 16;
+    }
+    cp_async16(sQ + r * C::LD + ch * 8, src, bytes);
+  }
+
+  const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
+  auto load_prefix_tile = [&](int kt, int stage) {
+    const int kbase = key_begin + kt * C::N_TILE;
+    __nv_bfloat16* dst = sKV + stage * C::N_TILE * C::LD;
+    for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
+      const int r = i / kRowChunks, ch = i - r * kRowChunks, key = kbase + r;
+      const __nv_bfloat16* src = a.kv;
+      int bytes = 0;
+      if (key < key_end) {
+        src = a.kv + (int64_t)kv_indices[kv_start + key] * a.skv + ch * 8;
+        bytes = 16;
+      }
+      cp_async16(dst + r * C::LD + ch * 8, src, bytes);
+    }
+  };
+
+  float acc[C::MT_O][C::NT_O][4];
+#pragma unroll
+  for (int mt = 0; mt < C::MT_O; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < C::NT_O; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  float m_run[C::MT_S][2], l_run[C::MT_S][2];
+#pragma unroll
+  for (int mt = 0; mt < C::MT_S; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) { m_run[mt][hf] = -CUDART_INF_F; l_run[mt][hf] = 0.f; }
+
+  // One KV tile: S, mask, online softmax, P V. `tail` tiles take keys from the draft tokens: their V rows are
+  // loaded over the K rows once S is done (k_extend and v_extend are separate tensors).
+  auto process_tile = [&](int stage, int nvalid, bool tail, int tail_key0, float scale_log2) {
+    __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
+    float s[C::MT_S][C::NT_S][4];
+#pragma unroll
+    for (int mt = 0; mt < C::MT_S; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < C::NT_S; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll 4
+    for (int ks = 0; ks < kDimQK / 16; ++ks) {
+      uint32_t af[C::MT_S][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT_S; ++mt)
+        ldmatrix_x4(af[mt], sQ + (ws_m * C::S_ROWS + mt * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8);
+      uint32_t bfr[C::NT_S][2];
+      if constexpr (C::NT_S % 2 == 0) {
+#pragma unroll
+        for (int np = 0; np < C::NT_S / 2; ++np) {
+          uint32_t r[4];
+          ldmatrix_x4(r, sK + (ws_n * C::S_COLS + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * C::LD + ks * 16 +
+                             ((lane >> 3) & 1) * 8);
+          bfr[2 * np][0] = r[0]; bfr[2 * np][1] = r[1];
+          bfr[2 * np + 1][0] = r[2]; bfr[2 * np + 1][1] = r[3];
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < C::NT_S; ++nt)
+          ldmatrix_x2(bfr[nt], sK + (ws_n * C::S_COLS + nt * 8 + (lane & 7)) * C::LD + ks * 16 + ((lane >> 3) & 1) * 8);
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::MT_S; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT_S; ++nt) mma_bf16_16816(s[mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
+    }
+
+    // Scale, mask, partial row max.
+#pragma unroll
+    for (int mt = 0; mt < C::MT_S; ++mt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+        const int grow = row0 + lr;
+        const int ti = grow / H;  // draft token of this row
+        float mx = -CUDART_INF_F;
+#pragma unroll
+        for (int nt = 0; nt < C::NT_S; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int lk = ws_n * C::S_COLS + nt * 8 + 2 * cq + e;
+            bool vis = lk < nvalid;
+            if (tail && vis) {
+              const int j = tail_key0 + lk;
+              if (grow >= rows_b) vis = false;
+              else if (a.mask != nullptr)
+                // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
+                // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
+                vis = (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
+                      a.mask[mask_start + (int64_t)ti * (P + ext) + P + j] != 0;
+              else if (a.is_causal) vis = j <= ti;
+            }
+            const float v = vis ? s[mt][nt][hf * 2 + e] * scale_log2 : -CUDART_INF_F;
+            s[mt][nt][hf * 2 + e] = v;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (cq == 0) sRed[ws_n * C::M_TILE + lr] = mx;
+      }
+    }
+    __syncthreads();  // row maxima visible; every warp is done reading K of this stage
+
+    if (tail) {  // draft V rows over the K rows just used
+      for (int i = tid; i < C::N_TILE * kVChunks; i += C::THREADS) {
+        const int r = i / kVChunks, ch = i - r * kVChunks, j = tail_key0 + r;
+        const __nv_bfloat16* src = a.vx;
+        int bytes = 0;
+        if (j < ext) { src = a.vx + (qo_start + j) * a.svx + ch * 8; bytes = 16; }
+        cp_async16(sK + r * C::LD + ch * 8, src, bytes);
+      }
+      cp_async_commit();
+    }
+
+    // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+#pragma unroll
+    for (int mt = 0; mt < C::MT_S; ++mt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+        float mtile = sRed[lr];
+#pragma unroll
+        for (int w = 1; w < C::WS_N; ++w) mtile = fmaxf(mtile, sRed[w * C::M_TILE + lr]);
+        const float m_new = fmaxf(m_run[mt][hf], mtile);
+        const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
+        const float alpha = exp2f(m_run[mt][hf] - m_use);
+        m_run[mt][hf] = m_new;
+        float lsum = l_run[mt][hf] * alpha;
+#pragma unroll
+        for (int nt = 0; nt < C::NT_S; ++nt) {
+          const float p0 = exp2f(s[mt][nt][hf * 2] - m_use), p1 = exp2f(s[mt][nt][hf * 2 + 1] - m_use);
+          lsum += p0 + p1;
+          const int lk = ws_n * C::S_COLS + nt * 8 + 2 * cq;
+          *reinterpret_cast<uint32_t*>(sP + lr * C::P_LD + lk) = pack_bf16x2(p0, p1);
+        }
+        l_run[mt][hf] = lsum;
+        if (ws_n == 0 && cq == 0) sAlpha[lr] = alpha;
+      }
+    }
+    if (tail) cp_async_wait<0>();
+    __syncthreads();  // P, alpha (and draft V) visible
+
+    // O = O * alpha + P V.
+#pragma unroll
+    for (int mt = 0; mt < C::MT_O; ++mt) {
+      const float al0 = sAlpha[wo_m * C::O_ROWS + mt * 16 + g], al1 = sAlpha[wo_m * C::O_ROWS + mt * 16 + g + 8];
+#pragma unroll
+      for (int nt = 0; nt < C::NT_O; ++nt) {
+        acc[mt][nt][0] *= al0; acc[mt][nt][1] *= al0;
+        acc[mt][nt][2] *= al1; acc[mt][nt][3] *= al1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < C::N_TILE / 16; ++ks) {
+      uint32_t pa[C::MT_O][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT_O; ++mt)
+        ldmatrix_x4(pa[mt], sP + (wo_m * C::O_ROWS + mt * 16 + (lane & 15)) * C::P_LD + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < C::NT_O / 2; ++np) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, sK + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::LD + wo_d * C::O_DIMS +
+                                 np * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int mt = 0; mt < C::MT_O; ++mt) {
+          mma_bf16_16816(acc[mt][2 * np], pa[mt], r[0], r[1]);
+          mma_bf16_16816(acc[mt][2 * np + 1], pa[mt], r[2], r[3]);
+        }
+      }
+    }
+  };
+
+  // Prefix keys of this split, STAGES-deep cp.async pipeline (the Q tile rides in the first group).
+  const float prefix_scale = a.sm_scale * k_scale * 1.4426950408889634f;
+#pragma unroll
+  for (int st = 0; st < C::STAGES - 1; ++st) {
+    if (st < n_tiles) load_prefix_tile(st, st);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    const int nxt = kt + C::STAGES - 1;
+    if (nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES);
+    cp_async_commit();
+    const int nvalid = min(C::N_TILE, key_end - key_begin - kt * C::N_TILE);
+    process_tile(kt % C::STAGES, nvalid, false, 0, prefix_scale);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  // v_scale multiplies the prefix part only (SGLang: acc += dot(p, v) * v_scale for pool values).
+#pragma unroll
+  for (int mt = 0; mt < C::MT_O; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < C::NT_O; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= v_scale;
+
+  if (does_tail) {
+    const float tail_scale = a.sm_scale * 1.4426950408889634f;
+    for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
+      __syncthreads();  // the previous tile's readers are done with stage 0
+      for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
+        const int r = i / kRowChunks, ch = i - r * kRowChunks, j = j0 + r;
+        const __nv_bfloat16* src = a.kx;
+        int bytes = 0;
+        if (j < ext) { src = a.kx + (qo_start + j) * a.skx + ch * 8; bytes = 16; }
+        cp_async16(sKV + r * C::LD + ch * 8, src, bytes);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      process_tile(0, min(C::N_TILE, ext - j0), true, j0, tail_scale);
+    }
+  }
+
+  // Row sums across the quad and the S warps; final row max.
+#pragma unroll
+  for (int mt = 0; mt < C::MT_S; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_run[mt][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+      if (cq == 0) {
+        sLred[ws_n * C::M_TILE + lr] = l;
+        if (ws_n == 0) sMfin[lr] = m_run[mt][hf];
+      }
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int mt = 0; mt < C::MT_O; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int lr = wo_m * C::O_ROWS + mt * 16 + g + hf * 8;
+      const int grow = row0 + lr;
+      if (grow >= rows_b) continue;
+      float l = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::WS_N; ++w) l += sLred[w * C::M_TILE + lr];
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
+      if (slot < 0) {
+        const int t = grow / H, h = grow - t * H;
+        __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + wo_d * C::O_DIMS + 2 * cq;
+#pragma unroll
+        for (int nt = 0; nt < C::NT_O; ++nt)
+          *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16x2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
+      } else {
+        float* dst = a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wo_d * C::O_DIMS + 2 * cq;
+#pragma unroll
+        for (int nt = 0; nt < C::NT_O; ++nt)
+          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
+        if (wo_d == 0 && cq == 0)
+          a.part_lse[(int64_t)slot * a.rcap + grow] = l > 0.f ? sMfin[lr] + log2f(l) : -CUDART_INF_F;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Combine: for every row of every request served by more than one split, merge the partials by their
+// log-sum-exp. Persistent grid over (request, row); 4 groups of 128 threads share the splits, float4 each.
+// ---------------------------------------------------------------------------------------------------------
+__global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
+  if (gate_closed(a.enable)) return;
+  __shared__ float4 s_acc[4][128];
+  __shared__ float s_m[4], s_w[4];
+  const int tid = threadIdx.x, grp = tid >> 7, d4 = tid & 127;
+  const long long items = (long long)a.B * a.rcap;
+  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    const int b = (int)(item / a.rcap), r = (int)(item - (long long)b * a.rcap);
+    const int2 rq = a.req[b];
+    const int n = rq.x;
+    if (n <= 1) continue;
+    const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
+    int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
+    ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
+    if (r >= ext * a.H) continue;
+    float m = -CUDART_INF_F;
+    for (int i = grp; i < n; i += 4) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    const float m_use = m == -CUDART_INF_F ? 0.f : m;
+#pragma unroll 4
+    for (int i = grp; i < n; i += 4) {
+      const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
+      const float w = exp2f(a.part_lse[row] - m_use);
+      const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[d4];
+      wsum += w;
+      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+    }
+    s_acc[grp][d4] = acc;
+    if (d4 == 0) { s_m[grp] = m; s_w[grp] = wsum; }
+    __syncthreads();
+    if (grp == 0) {
+      float mm = fmaxf(fmaxf(s_m[0], s_m[1]), fmaxf(s_m[2], s_m[3]));
+      const float mm_use = mm == -CUDART_INF_F ? 0.f : mm;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      float wt = 0.f;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float f = exp2f((s_m[k] == -CUDART_INF_F ? mm_use : s_m[k]) - mm_use) * (s_m[k] == -CUDART_INF_F ? 0.f : 1.f);
+        const float4 v = s_acc[k][d4];
+        o.x += f * v.x; o.y += f * v.y; o.z += f * v.z; o.w += f * v.w;
+        wt += f * s_w[k];
+      }
+      const float inv = wt > 0.f ? 1.f / wt : 0.f;
+      const int t = r / a.H, h = r - t * a.H;
+      __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + d4 * 4;
+      uint2 packed = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+      *reinterpret_cast<uint2*>(dst) = packed;
+    }
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Live-switch gate (one CTA): counter, enable flags, gated qo_indptr for the stock kernel.
+// ---------------------------------------------------------------------------------------------------------
+__global__ void verify_gate_kernel(int32_t* state, const void* qo, void* qo_gated, int64_t n, int is64,
+                                   int32_t* enable) {
+  __shared__ int s_zero;
+  if (threadIdx.x == 0) {
+    const int mode = state[0];
+    const uint32_t every = state[1] < 1 ? 1u : (uint32_t)state[1];
+    const uint32_t count = (uint32_t)state[2];
+    state[2] = (int32_t)(count + 1u);
+    enable[0] = mode == 2;
+    enable[1] = mode == 1 && (count % every) == 0;
+    s_zero = mode == 2;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    if (is64) static_cast<long long*>(qo_gated)[i] = s_zero ? 0 : static_cast<const long long*>(qo)[i];
+    else static_cast<int*>(qo_gated)[i] = s_zero ? 0 : static_cast<const int*>(qo)[i];
+  }
+}
+
+}  // namespace cutover

@@ -1,0 +1,230 @@
+#!/usr/bin/python
+"""Ansible module: the host-side state changes of stage and rollback, with the shared file protocol.
+
+Uses the same code as the operator side (module_utils/cutover_hostlayout.py and cutover_phases.py are
+links to cutover/hostlayout.py and cutover/phases.py), so both sides read and write one format.
+
+actions:
+  stage        create the state dirs; control.json in mode triton (created if absent; a non-triton mode is
+               replaced by triton with generation + 1; an existing triton file is left alone); phase staged
+  verify_release  check every file of release_dir against its sha256 (fails naming each mismatch)
+  wait_release wait until every rank heartbeats with release_id (after a restart)
+  rollback     control.json -> triton with generation + 1 (unless already triton), wait for every rank's
+               acknowledgement, phase rolled_back
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cutover_hostlayout import (
+    ControlRecord,
+    Heartbeat,
+    HostPaths,
+    append_jsonl,
+    atomic_write_text,
+    journal_entry,
+)
+from ansible.module_utils.cutover_phases import phase_after_stage
+
+DOCUMENTATION = r"""
+module: cutover_state
+short_description: Stage and rollback state changes in a cutover state directory
+options:
+  action: {type: str, required: true, choices: [stage, verify_release, wait_release, rollback], description: "what to do"}
+  release_dir: {type: path, description: "release directory to verify"}
+  files: {type: dict, description: "file name -> sha256 (verify_release)"}
+  cutover_root: {type: path, required: true, description: "release root"}
+  state_dir: {type: path, required: true, description: "state directory"}
+  operator: {type: str, required: true, description: "who acts (journal, set_by)"}
+  release_id: {type: str, description: "release being staged or awaited"}
+  tp_size: {type: int, default: 1, description: "ranks expected to heartbeat"}
+  timeout_s: {type: float, default: 30, description: "how long to wait for heartbeats"}
+  stale_s: {type: float, default: 10, description: "a heartbeat older than this is not live"}
+  reason: {type: str, default: "", description: "why (journal)"}
+"""
+
+
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+
+
+def read_control(paths):
+    try:
+        with open(paths.control) as handle:
+            return ControlRecord.from_json(handle.read())
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):
+        return ControlRecord(mode="corrupt")
+
+
+def live_heartbeats(paths, tp_size, stale_s):
+    now = time.time()
+    beats = {}
+    for rank in range(tp_size):
+        data = read_json(paths.heartbeat(rank))
+        if data:
+            try:
+                beat = Heartbeat.from_json(json.dumps(data))
+            except TypeError:
+                continue
+            if now - beat.written_at <= stale_s:
+                beats[rank] = beat
+    return beats
+
+
+def write_triton(paths, current, operator, reason, release_id):
+    record = ControlRecord(mode="triton", generation=(current.generation if current else 0) + 1,
+                           release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
+    atomic_write_text(paths.control, record.to_json())
+    return record
+
+
+def stage(module, paths, params):
+    changed, notes = False, []
+    for directory in (paths.state_dir, paths.runtime, paths.stats, paths.captures, paths.verdicts):
+        if not os.path.isdir(directory):
+            changed = True
+            if not module.check_mode:
+                os.makedirs(directory, exist_ok=True)
+    current = read_control(paths)
+    if current is None or current.mode != "triton":
+        changed = True
+        notes.append("control.json created in mode triton" if current is None
+                     else "control.json mode %s replaced by triton" % current.mode)
+        if not module.check_mode:
+            if current is not None and current.mode == "corrupt":
+                current = None
+            record = write_triton(paths, current, params["operator"], "stage " + params["release_id"],
+                                  params["release_id"])
+            append_jsonl(paths.journal, journal_entry("control_initialized", params["operator"],
+                                                      generation=record.generation, mode="triton"))
+    phase = read_json(paths.phase) or {}
+    old_phase = phase.get("phase", "idle")
+    new_phase = phase_after_stage(old_phase, phase.get("release_id"), params["release_id"])
+    if new_phase != old_phase or phase.get("release_id") != params["release_id"]:
+        changed = True
+        notes.append("phase %s -> %s" % (old_phase, new_phase))
+        if not module.check_mode:
+            atomic_write_text(paths.phase, json.dumps({
+                "phase": new_phase, "release_id": params["release_id"], "updated_at": time.time(),
+                "set_by": params["operator"], "reason": "stage", "run_id": None}, sort_keys=True))
+    return {"changed": changed, "notes": notes, "phase": new_phase}
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_release(module, paths, params):
+    mismatches = []
+    for name, expected in sorted(params["files"].items()):
+        path = os.path.join(params["release_dir"], name)
+        found = sha256_of(path) if os.path.isfile(path) else "no file"
+        if found != expected:
+            mismatches.append({"file": name, "expected": expected, "found": found})
+    if mismatches:
+        module.fail_json(msg="; ".join("sha256 mismatch for %(file)s: expected %(expected)s, found %(found)s" % m
+                                       for m in mismatches) + "; nothing was switched", mismatches=mismatches)
+    return {"changed": False, "verified": len(params["files"])}
+
+
+def wait_release(module, paths, params):
+    deadline = time.monotonic() + params["timeout_s"]
+    while True:
+        beats = live_heartbeats(paths, params["tp_size"], params["stale_s"])
+        loaded = {r: b.release_id for r, b in beats.items()}
+        if len(beats) == params["tp_size"] and set(loaded.values()) == {params["release_id"]}:
+            return {"changed": False, "ranks": loaded}
+        if time.monotonic() >= deadline:
+            module.fail_json(msg="serving did not come up with release %s on all %d ranks within %.0f s "
+                                 "(live ranks and their releases: %s); the host stays in mode triton"
+                                 % (params["release_id"], params["tp_size"], params["timeout_s"], loaded or "none"),
+                             ranks=loaded)
+        time.sleep(0.25)
+
+
+def rollback(module, paths, params):
+    current = read_control(paths)
+    already = current is not None and current.mode == "triton"
+    result = {"changed": not already, "already_triton": already}
+    if module.check_mode:
+        return result
+    if already:
+        generation = current.generation
+    else:
+        usable = current if current is not None and current.mode != "corrupt" else None
+        record = write_triton(paths, usable, params["operator"], params["reason"] or "rollback",
+                              usable.release_id if usable else None)
+        generation = record.generation
+    result["generation"] = generation
+    deadline = time.monotonic() + params["timeout_s"]
+    while True:
+        beats = live_heartbeats(paths, params["tp_size"], params["stale_s"])
+        if not beats:
+            result["serving"] = False
+            break
+        behind = sorted(r for r in range(params["tp_size"])
+                        if r not in beats or beats[r].generation_seen < generation)
+        if not behind:
+            result["serving"] = True
+            break
+        if time.monotonic() >= deadline:
+            module.fail_json(msg="ranks %s did not acknowledge generation %d within %.0f s"
+                                 % (behind, generation, params["timeout_s"]), **result)
+        time.sleep(0.2)
+    append_jsonl(paths.journal, journal_entry("rollback", params["operator"], generation=generation,
+                                              already_triton=already, path="ansible", reason=params["reason"]))
+    phase = read_json(paths.phase) or {}
+    if phase.get("phase", "idle") not in ("idle", "rolled_back"):
+        phase.update({"phase": "rolled_back", "updated_at": time.time(), "set_by": params["operator"],
+                      "reason": params["reason"] or "rollback"})
+        atomic_write_text(paths.phase, json.dumps(phase, sort_keys=True))
+        result["changed"] = True
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "required": True,
+                       "choices": ["stage", "verify_release", "wait_release", "rollback"]},
+            "release_dir": {"type": "path"},
+            "files": {"type": "dict"},
+            "cutover_root": {"type": "path", "required": True},
+            "state_dir": {"type": "path", "required": True},
+            "operator": {"type": "str", "required": True},
+            "release_id": {"type": "str"},
+            "tp_size": {"type": "int", "default": 1},
+            "timeout_s": {"type": "float", "default": 30},
+            "stale_s": {"type": "float", "default": 10},
+            "reason": {"type": "str", "default": ""},
+        },
+        required_if=[("action", "stage", ["release_id"]), ("action", "wait_release", ["release_id"]),
+                     ("action", "verify_release", ["release_dir", "files"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    paths = HostPaths(cutover_root=params["cutover_root"], state_dir=params["state_dir"])
+    action = {"stage": stage, "verify_release": verify_release, "wait_release": wait_release,
+              "rollback": rollback}[params["action"]]
+    module.exit_json(**action(module, paths, params))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up everything cutover and its test suite need, on a fresh Debian machine (idempotent: re-running
+# installs nothing new). Used by scripts/test.sh and by the README's main-job command.
+#
+#   * openssh-server: the integration tests start real sshd daemons as test hosts;
+#   * .venv: cutover (editable, with its test extra) plus the CPU stack the parity tests and the sandbox use:
+#     torch (CPU build, pinned: an open range would download a multi-GB CUDA build), triton (its interpreter
+#     runs SGLang's Triton kernels on CPU), and SGLang installed --no-deps with only the light packages its
+#     attention kernels import. Versions come from scripts/constraints.txt, the set known to work together.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null; then
+    echo "setup: installing openssh-server (test hosts)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $("$PYTHON" --version)"
+    "$PYTHON" -m venv .venv
+fi
+
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/constraints.txt)
+"${PIP[@]}" "torch==2.13.0"
+"${PIP[@]}" triton orjson psutil pybase64 pillow starlette msgspec pyzmq pydantic tqdm ipython aiohttp
+"${PIP[@]}" --no-deps "sglang==0.5.23"
+echo "setup: SGLang is installed --no-deps on purpose; pip may list its server dependencies as missing"
+"${PIP[@]}" -e '.[test]'
+echo "setup: done ($(.venv/bin/python -c 'import torch, sglang; print("torch", torch.__version__, "sglang", sglang.__version__)'))"

@@ -1,0 +1,292 @@
+"""`cutover stage` against real hosts (real sshd, real ansible-runner, the real playbooks, the real CLI).
+
+Each test starts from two fresh hosts (host1, host2) and asserts on what the hosts hold afterwards
+(`current` link, control.json, phase, journal, lock) as well as on the exit code and the message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from clirunner import Cli
+from sshd import TestHost, TestHosts
+
+pytestmark = pytest.mark.integration
+
+EXIT_CONFIG, EXIT_BUILD, EXIT_HOST, EXIT_LOCK = 2, 3, 4, 5
+
+
+def manifest(release: Path) -> dict:
+    return json.loads((release / "manifest.json").read_text())
+
+
+def stage(cli: Cli, inventory: Path, release: Path, *extra: str, operator: str = "alice@test"):
+    """`cutover stage` without --yes: the test hosts run no serving process, so no restart is wanted."""
+    return cli("--json", "stage", "-i", inventory, "--release", release, *extra, operator=operator)
+
+
+def report(result) -> dict[str, dict]:
+    """Per-host lines of `cutover --json stage`, by host name."""
+    return {line["name"]: line for line in json.loads(result.stdout)["hosts"]}
+
+
+def assert_staged(host: TestHost, release: Path) -> None:
+    """The host runs `release`: current points at it, every file matches the manifest, mode triton."""
+    release_id = release.name
+    assert host.current_release() == release_id
+    staged = host.cutover_root / "releases" / release_id
+    for name, digest in manifest(release)["files"].items():
+        assert hashlib.sha256((staged / name).read_bytes()).hexdigest() == digest, name
+    assert host.control()["mode"] == "triton"
+    assert host.phase()["phase"] == "staged" and host.phase()["release_id"] == release_id
+    assert any(e["action"] == "stage" and e["release_id"] == release_id for e in host.journal())
+    assert host.lock() is None, "the stage lock must be released at the end"
+
+
+def assert_untouched(host: TestHost) -> None:
+    assert host.snapshot() == {}, f"{host.name} was changed: {sorted(host.snapshot())}"
+
+
+def plant_release_copy(host: TestHost, release: Path, corrupt: bool) -> Path:
+    """Put a copy of `release` where stage will find it on the host (as an earlier push would have)."""
+    target = host.cutover_root / "releases" / release.name
+    shutil.copytree(release, target)
+    if corrupt:
+        TestHosts.corrupt_file(target / manifest(release)["library"])
+    return target
+
+
+def plant_lock(host: TestHost, owner: str, expires_in_s: float) -> dict:
+    now = time.time()
+    record = {"owner": owner, "action": "shadow", "acquired_at": now - 60, "expires_at": now + expires_in_s,
+              "token": "0123456789abcdef", "pid": 4242}
+    host.state_dir.mkdir(parents=True, exist_ok=True)
+    (host.state_dir / "lock").write_text(json.dumps(record))
+    return record
+
+
+# -- the good path -----------------------------------------------------------------------------------------
+
+def test_stage_installs_release_on_every_host(cli, ssh_hosts, inventory_file, release):
+    result = stage(cli, inventory_file, release)
+    assert result.returncode == 0, result.stderr
+    lines = report(result)
+    for host in ssh_hosts.hosts:
+        assert_staged(host, release)
+        assert lines[host.name]["outcome"] == "staged"
+        assert lines[host.name]["changed"] > 0
+        control = host.control()
+        assert control["generation"] >= 1 and control["set_by"] == "alice@test"
+
+
+def test_second_identical_stage_changes_nothing(cli, ssh_hosts, inventory_file, release):
+    assert stage(cli, inventory_file, release).returncode == 0
+    before = {h.name: {p: s for p, s in h.snapshot().items() if not p.endswith("journal.jsonl")}
+              for h in ssh_hosts.hosts}
+
+    again = stage(cli, inventory_file, release)
+
+    assert again.returncode == 0, again.stderr
+    for host in ssh_hosts.hosts:
+        line = report(again)[host.name]
+        assert (line["changed"], line["outcome"]) == (0, "already staged")
+        after = {p: s for p, s in host.snapshot().items() if not p.endswith("journal.jsonl")}
+        assert after == before[host.name]
+
+
+def test_check_mode_changes_nothing(cli, ssh_hosts, inventory_file, release):
+    result = stage(cli, inventory_file, release, "--check")
+    assert result.returncode == 0, result.stderr
+    assert {line["outcome"] for line in report(result).values()} == {"would change"}
+    for host in ssh_hosts.hosts:
+        assert_untouched(host)
+
+
+def test_limit_restricts_stage_to_one_host(cli, ssh_hosts, inventory_file, release):
+    result = stage(cli, inventory_file, release, "--limit", "host1")
+    assert result.returncode == 0, result.stderr
+    assert list(report(result)) == ["host1"]
+    assert_staged(ssh_hosts.host("host1"), release)
+    assert_untouched(ssh_hosts.host("host2"))
+
+
+def test_canary_is_staged_first_and_its_failure_stops_the_rollout(cli, ssh_hosts, release):
+    canary, other = ssh_hosts.host("host2"), ssh_hosts.host("host1")
+    inventory = ssh_hosts.write_inventory(per_host={"host2": {"cutover_canary": True}})
+
+    ordered = stage(cli, inventory, release)
+    assert ordered.returncode == 0, ordered.stderr
+    assert list(report(ordered)) == ["host2", "host1"]
+    assert canary.control()["set_at"] < other.control()["set_at"]
+    assert (canary.cutover_root / "current").lstat().st_mtime < (other.cutover_root / "current").lstat().st_mtime
+
+    fresh = TestHosts(2)  # a second pair: the canary now fails on a damaged copy of the release
+    try:
+        fresh.setup()
+        plant_release_copy(fresh.host("host2"), release, corrupt=True)
+        failed = stage(cli, fresh.write_inventory(per_host={"host2": {"cutover_canary": True}}), release)
+        assert failed.returncode == EXIT_HOST
+        lines = report(failed)
+        assert lines["host2"]["outcome"] == "failed" and "sha256" in lines["host2"]["message"]
+        assert lines["host1"]["outcome"] == "failed" and "canary" in lines["host1"]["message"]
+        assert fresh.host("host2").current_release() is None
+        assert_untouched(fresh.host("host1"))
+    finally:
+        fresh.close()
+
+
+# -- failures ----------------------------------------------------------------------------------------------
+
+def test_unreachable_host_is_named_and_others_are_staged(cli, ssh_hosts, inventory_file, release):
+    down = ssh_hosts.host("host2")
+    ssh_hosts.stop(down)
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == EXIT_HOST
+    assert "host2" in result.stderr and "unreachable" in result.stderr
+    assert "host1" not in result.stderr.split("fix:")[0].replace("host2", "")
+    assert report(result)["host2"]["outcome"] == "unreachable"
+    assert_staged(ssh_hosts.host("host1"), release)
+    assert_untouched(down)
+
+
+def test_host_key_mismatch_is_refused(cli, ssh_hosts, inventory_file, release):
+    impostor = ssh_hosts.host("host1")
+    ssh_hosts.replace_host_key(impostor)
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == EXIT_HOST
+    assert "host1" in result.stderr and "key" in result.stderr.lower()
+    assert_untouched(impostor)
+    assert_staged(ssh_hosts.host("host2"), release)
+
+
+def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inventory_file, release):
+    damaged = ssh_hosts.host("host2")
+    plant_release_copy(damaged, release, corrupt=True)
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == EXIT_HOST
+    assert "host2" in result.stderr and "sha256 mismatch" in result.stderr
+    assert damaged.current_release() is None, "nothing may be switched to a damaged release"
+    refusals = [e for e in damaged.journal() if e["action"] == "stage_refused"]
+    assert refusals and "sha256" in refusals[-1]["reason"] and refusals[-1]["release_id"] == release.name
+    assert damaged.lock() is None
+    assert_staged(ssh_hosts.host("host1"), release)
+
+
+def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_hosts, inventory_file, release,
+                                                                        tmp_path):
+    copy = tmp_path / release.name
+    shutil.copytree(release, copy)
+    TestHosts.corrupt_file(copy / manifest(release)["library"])
+
+    result = stage(cli, inventory_file, copy)
+
+    assert result.returncode == EXIT_BUILD
+    assert "sha256" in result.stderr and manifest(release)["library"] in result.stderr
+    for host in ssh_hosts.hosts:
+        assert_untouched(host)
+
+
+def test_lock_held_by_another_operator_is_refused_with_the_owner(cli, ssh_hosts, inventory_file, release):
+    held = plant_lock(ssh_hosts.host("host2"), "bob@elsewhere", expires_in_s=600)
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == EXIT_LOCK
+    assert "bob@elsewhere" in result.stderr and "host2" in result.stderr
+    assert ssh_hosts.host("host2").lock() == held
+    assert ssh_hosts.host("host1").current_release() is None
+    assert ssh_hosts.host("host1").lock() is None, "a refused stage must release the locks it took"
+
+
+def test_expired_lock_is_taken_over_and_journaled(cli, ssh_hosts, inventory_file, release):
+    plant_lock(ssh_hosts.host("host2"), "bob@elsewhere", expires_in_s=-5)
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == 0, result.stderr
+    takeovers = [e for e in ssh_hosts.host("host2").journal() if e["action"] == "lock_takeover"]
+    assert len(takeovers) == 1 and takeovers[0]["previous_owner"] == "bob@elsewhere"
+    assert takeovers[0]["actor"] == "alice@test"
+    for host in ssh_hosts.hosts:
+        assert_staged(host, release)
+
+
+def test_stage_killed_half_way_leaves_hosts_safe_and_a_rerun_completes(cli, ssh_hosts, inventory_file, release,
+                                                                      tmp_path):
+    first = ssh_hosts.host("host1")
+    process = cli.start("stage", "-i", inventory_file, "--release", release, log=tmp_path / "stage.log")
+    landed = first.cutover_root / "releases" / release.name
+    deadline = time.monotonic() + 120
+    while not landed.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, f"stage ended before it could be killed:\n{(tmp_path / 'stage.log').read_text()}"
+    Cli.kill_group(process)  # the operator's machine dies: CLI, ansible-playbook and ssh all at once
+
+    assert ssh_hosts.host("host2").current_release() is None, "host2 must not have been reached yet (canary first)"
+    for host in ssh_hosts.hosts:
+        assert host.current_release() in (None, release.name)
+        assert not (host.cutover_root / "current").exists() or (host.cutover_root / "current" / "manifest.json").exists()
+        assert host.control() is None or host.control()["mode"] == "triton"
+        if host.lock() is not None:
+            assert host.lock()["owner"] == "alice@test"
+
+    status = cli("--json", "status", "-i", inventory_file)
+    assert status.returncode in (0, EXIT_HOST), status.stderr
+    assert "alice@test" in status.stdout, "status must explain who holds the lock left by the killed stage"
+
+    other_operator = stage(cli, inventory_file, release, operator="bob@elsewhere")
+    assert other_operator.returncode == EXIT_LOCK and "alice@test" in other_operator.stderr
+
+    rerun = stage(cli, inventory_file, release)
+    assert rerun.returncode == 0, rerun.stderr
+    for host in ssh_hosts.hosts:
+        assert_staged(host, release)
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+
+def test_invalid_inventory_field_is_named_with_its_file(cli, ssh_hosts, release, tmp_path):
+    inventory = ssh_hosts.write_inventory(tmp_path / "bad.yml", per_host={"host2": {"tp_size": "two"}})
+    result = stage(cli, inventory, release)
+    assert result.returncode == EXIT_CONFIG
+    assert str(inventory) in result.stderr and "tp_size" in result.stderr and "host2" in result.stderr
+    for host in ssh_hosts.hosts:
+        assert_untouched(host)
+
+
+def test_inventory_yaml_error_names_file_and_line(cli, ssh_hosts, release, tmp_path):
+    inventory = tmp_path / "broken.yml"
+    inventory.write_text("all:\n  children:\n    serving:\n      hosts: [unclosed\n")
+    result = stage(cli, inventory, release)
+    assert result.returncode == EXIT_CONFIG
+    assert str(inventory) in result.stderr and "line" in result.stderr
+
+
+def test_invalid_config_field_is_named_with_its_file(cli, ssh_hosts, inventory_file, release, tmp_path):
+    config = tmp_path / "config.yml"
+    config.write_text("lock_ttl_s: -5\n")
+    result = cli("stage", "--config", config, "-i", inventory_file, "--release", release)
+    assert result.returncode == EXIT_CONFIG
+    assert str(config) in result.stderr and "lock_ttl_s" in result.stderr
+    for host in ssh_hosts.hosts:
+        assert_untouched(host)
+
+
+def test_unknown_limit_is_refused_naming_the_known_hosts(cli, ssh_hosts, inventory_file, release):
+    result = stage(cli, inventory_file, release, "--limit", "host9")
+    assert result.returncode == EXIT_CONFIG
+    assert "host9" in result.stderr and "host1" in result.stderr
+    for host in ssh_hosts.hosts:
+        assert_untouched(host)

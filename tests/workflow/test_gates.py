@@ -1,0 +1,141 @@
+"""Gate evaluation over constructed stats records and rank observations."""
+
+import math
+
+import pytest
+
+from checks.gates import RankObservation, StatsSummary, evaluate_shadow
+from checks.policy import load_policy
+from .stats_records import layer, record
+
+POLICY = load_policy().shadow
+
+
+def summary_of(*records, host="h1"):
+    summary = StatsSummary(generations={host: 3}, truth_k=POLICY.truth_anchor_k, truth_floor=POLICY.truth_anchor_floor)
+    for item in records:
+        summary.add(host, item)
+    return summary
+
+
+def healthy_ranks(count=2):
+    return [RankObservation(host="h1", rank=r, heartbeat_age_s=0.5, mode_active="shadow") for r in range(count)]
+
+
+def clean_run(compared=POLICY.min_compared_calls, layers=("0", "1")):
+    values = [2e-3] * compared
+    return summary_of(record({name: layer(values) for name in layers},
+                             truth=[{"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}]))
+
+
+def failed_gates(verdict):
+    return {result.gate for result in verdict.failures}
+
+
+def test_clean_run_passes_at_the_end():
+    verdict = evaluate_shadow(POLICY, clean_run(), healthy_ranks(), POLICY.min_duration_s, final=True)
+    assert verdict.passed, verdict.reasons()
+    assert {"duration", "compared_calls", "rel_l2_p99", "truth_anchor"} <= {r.gate for r in verdict.results}
+
+
+def test_short_run_fails_duration_only_at_the_end():
+    summary = clean_run()
+    assert evaluate_shadow(POLICY, summary, healthy_ranks(), 10.0, final=False).passed
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 10.0, final=True)
+    assert failed_gates(verdict) == {"duration"}
+
+
+def test_too_few_compared_calls_names_the_thinnest_layer():
+    summary = summary_of(record({"0": layer([1e-3] * POLICY.min_compared_calls), "7": layer([1e-3] * 5)}))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), POLICY.min_duration_s, final=True)
+    assert failed_gates(verdict) == {"compared_calls"}
+    assert verdict.failures[0].layer == "7"
+
+
+def test_no_stats_at_all_cannot_pass():
+    verdict = evaluate_shadow(POLICY, summary_of(), healthy_ranks(), POLICY.min_duration_s, final=True)
+    assert "compared_calls" in failed_gates(verdict)
+
+
+def test_one_divergent_call_breaches_rel_l2_max_and_names_layer_and_rank():
+    bad = record({"0": layer([1e-3] * 10), "12": layer([1e-3] * 9 + [0.5])}, rank=1)
+    verdict = evaluate_shadow(POLICY, summary_of(bad), healthy_ranks(), 5.0, final=False)
+    assert not verdict.passed
+    failure = next(r for r in verdict.failures if r.gate == "rel_l2_max")
+    assert failure.layer == "12"
+    assert "h1 rank 1" in failure.detail
+
+
+def test_p99_breach_with_max_under_limit():
+    values = [POLICY.rel_l2_max * 0.9] * 50 + [1e-4] * 950
+    summary = summary_of(record({"3": layer(values)}))
+    assert summary.layers["3"].rel_l2_p99() > POLICY.rel_l2_p99
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), POLICY.min_duration_s, final=True)
+    assert "rel_l2_p99" in failed_gates(verdict)
+    assert "rel_l2_max" not in failed_gates(verdict)
+
+
+def test_p99_is_bounded_by_histogram_edge_and_by_max():
+    summary = summary_of(record({"0": layer([1e-3] * 100)}))
+    p99 = summary.layers["0"].rel_l2_p99()
+    assert p99 == pytest.approx(1e-3)  # capped by the observed max, not the bucket's upper edge
+    assert summary_of(record({"0": layer([])})).layers["0"].rel_l2_p99() is None
+
+
+@pytest.mark.parametrize("field", ["nonfinite_custom", "nonfinite_stock"])
+def test_any_nonfinite_output_breaches(field):
+    summary = summary_of(record({"5": layer([1e-3] * 10, **{field: 1})}))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
+    assert failed_gates(verdict) == {"nonfinite"}
+    assert verdict.failures[0].layer == "5"
+
+
+def test_nan_divergence_counts_as_worst():
+    summary = summary_of(record({"2": layer([1e-3], max_abs=math.nan)}), record({"2": layer([math.nan])}))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
+    assert {"rel_l2_max", "max_abs"} <= failed_gates(verdict)
+
+
+def test_max_abs_breach():
+    summary = summary_of(record({"4": layer([1e-3], max_abs=POLICY.max_abs * 2)}))
+    assert failed_gates(evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)) == {"max_abs"}
+
+
+def test_truth_anchor_rule():
+    k, floor = POLICY.truth_anchor_k, POLICY.truth_anchor_floor
+    within = {"layer": 1, "err_custom": k * 1e-2 + floor * 0.5, "err_stock": 1e-2}
+    worse = {"layer": 9, "err_custom": k * 1e-2 + floor * 2, "err_stock": 1e-2}
+    summary = summary_of(record({"1": layer([1e-3])}, truth=[within, worse]))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
+    assert failed_gates(verdict) == {"truth_anchor"}
+    assert verdict.failures[0].layer == "9"
+    assert summary.layers["1"].truth_violations == 0
+
+
+def test_silent_missing_restarted_and_wrong_mode_ranks():
+    ranks = [
+        RankObservation("h1", 0, heartbeat_age_s=POLICY.max_silence_s + 1, mode_active="shadow"),
+        RankObservation("h1", 1, heartbeat_age_s=None, mode_active=None),
+        RankObservation("h2", 0, heartbeat_age_s=0.1, mode_active="shadow", restarts=1),
+        RankObservation("h2", 1, heartbeat_age_s=0.1, mode_active="triton", reason="lease expired"),
+    ]
+    verdict = evaluate_shadow(POLICY, clean_run(), ranks, 1.0, final=False)
+    by_gate = {(r.gate, r.host, r.rank) for r in verdict.failures}
+    assert by_gate == {("silence", "h1", 0), ("silence", "h1", 1), ("restart", "h2", 0), ("mode", "h2", 1)}
+    assert "lease expired" in next(r.detail for r in verdict.failures if r.gate == "mode")
+
+
+def test_records_of_other_runs_are_ignored():
+    summary = summary_of(record({"0": layer([0.9])}, generation=2), record({"0": layer([0.9])}, mode="custom"),
+                         record({"0": layer([1e-3])}))
+    assert summary.ignored == 2
+    assert summary.layers["0"].rel_l2_max == 1e-3
+
+
+def test_totals_and_verdict_round_trip():
+    summary = summary_of(record({"0": layer([1e-3] * 4), "1": layer([5e-3] * 6, nonfinite_custom=2)}))
+    totals = summary.totals()
+    assert totals["compared"] == 10 and totals["worst_layer"] == "1" and totals["nonfinite_custom"] == 2
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
+    from checks.gates import Verdict
+    assert Verdict.from_dict(verdict.to_dict()) == verdict

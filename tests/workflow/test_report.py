@@ -1,0 +1,79 @@
+"""Report generation from a stored run: Markdown, JSON and plots name the divergent layer."""
+
+import builtins
+import json
+
+import pytest
+
+from checks.policy import load_policy
+from cutover.errors import ConfigError
+from cutover.workflow.report import write_report
+from cutover.workflow.runstore import RunStore, latest_run_id, run_meta
+from cutover.workflow.verdict import VerdictRecord
+
+from .stats_records import layer, record
+
+START = 1_764_400_000.0
+
+
+def stored_run(tmp_path, *, with_verdict=True):
+    store = RunStore(tmp_path, "20261129T000000Z-abc123")
+    store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3, "h2": 8}, START, load_policy(), 4, ["reference (no GPU)"]))
+    for second in range(5):
+        rel = 0.4 if second == 3 else 1e-3
+        store.append_stats("h1", 0, record({"0": layer([1e-3] * 3), "17": layer([1e-3, rel])}, ts=START + second,
+                                           truth=[{"layer": 17, "err_custom": 2e-3, "err_stock": 2e-3}]))
+        store.append_stats("h2", 1, record({"0": layer([1e-3] * 3)}, ts=START + second, rank=1, generation=8))
+    store.append_stats("h2", 1, record({"0": layer([0.9])}, ts=START + 6, rank=1, generation=7))  # older run
+    if with_verdict:
+        store.save_verdict(VerdictRecord(
+            run_id=store.run_id, release_id="rel-a", hosts=["h1", "h2"], outcome="failed",
+            reasons=["rel_l2_max: layer 17: worst relative L2 0.4 > 0.03 (at h1 rank 0)"], started_at=START,
+            ended_at=START + 5, policy_source="default", actor="tester", generations={"h1": 3, "h2": 8},
+            baseline={"h1": {"verify_rate": 12.5}}))
+    return store
+
+
+def test_report_names_the_layer_and_writes_plots(tmp_path):
+    store = stored_run(tmp_path)
+    files = write_report(store)
+    text = files.markdown.read_text()
+    assert text.startswith(f"# Shadow run {store.run_id}: FAILED")
+    assert "layer 17" in text and "| 17 | 10 |" in text
+    document = json.loads(files.json.read_text())
+    rows = {row["layer"]: row for row in document["layers"]}
+    assert rows["17"]["rel_l2_max"] == 0.4 and rows["17"]["worst_at"] == "h1 rank 0"
+    assert rows["0"]["compared"] == 30  # the older run's record (generation 7) is not counted
+    assert document["totals"]["truth_samples"] == 5
+    assert sorted(p.name for p in files.plots) == ["compared.png", "divergence.png", "truth_anchor.png"]
+    for path in files.plots:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/{path.name}" in text
+
+
+def test_report_without_matplotlib_says_how_to_get_plots(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    files = write_report(stored_run(tmp_path))
+    assert files.plots == []
+    assert "pip install 'cutover[report]'" in files.markdown.read_text()
+    assert json.loads(files.json.read_text())["plot_note"].startswith("plots skipped")
+
+
+def test_report_of_unfinished_run_and_latest_lookup(tmp_path):
+    store = stored_run(tmp_path, with_verdict=False)
+    assert latest_run_id(tmp_path) == store.run_id
+    assert "NO VERDICT" in write_report(store).markdown.read_text()
+
+
+def test_unknown_run_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no shadow run found"):
+        latest_run_id(tmp_path)
+    with pytest.raises(ConfigError, match="not found"):
+        write_report(RunStore(tmp_path, "nope"))
