@@ -70,8 +70,10 @@ class Host:
 
     @property
     def serving_address(self) -> str:
-        """Where the serving process's HTTP endpoints listen (default: the SSH address)."""
-        return str(self.vars.get("serving_address", self.address))
+        """Where the serving process's HTTP endpoints listen (default: 127.0.0.1 for a local host, else the
+        SSH address)."""
+        default = "127.0.0.1" if self.is_local else self.address
+        return str(self.vars.get("serving_address", default))
 
     @property
     def port(self) -> int:
@@ -307,5 +309,12 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
                   "(build it with `pip wheel --no-deps -w dist/wheels .`)")
     if not local and not values.get("serving_python"):
         raise bad("serving_python", "is missing", "set the python of the serving environment on the host")
-    values.setdefault("ansible_python_interpreter", "auto_silent")
+    if not local and values.get("cutover_known_hosts"):
+        # Ansible's ssh verifies against the same known_hosts as paramiko, strictly.
+        common = str(values.get("ansible_ssh_common_args", ""))
+        if "UserKnownHostsFile" not in common:
+            values["ansible_ssh_common_args"] = (common + f" -o UserKnownHostsFile={values['cutover_known_hosts']}"
+                                                 " -o StrictHostKeyChecking=yes").strip()
+    # A local host runs modules with cutover's own Python (interpreter discovery can pick a broken shim).
+    values.setdefault("ansible_python_interpreter", sys.executable if local else "auto_silent")
     return Host(name=name, vars=values, inventory_file=str(file))

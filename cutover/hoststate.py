@@ -252,7 +252,9 @@ class HostState:
                 except (ValueError, TypeError):
                     heartbeat = None
             age = now - heartbeat.written_at if heartbeat else None
-            views.append(RankView(rank, heartbeat, age, age is not None and age <= self.settings.heartbeat_stale_s))
+            live = (age is not None and age <= self.settings.heartbeat_stale_s
+                    and not heartbeat.counters.get("stopped"))  # a clean exit's final heartbeat says stopped
+            views.append(RankView(rank, heartbeat, age, live))
         return views
 
     def serving_release(self) -> str | None:

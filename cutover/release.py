@@ -130,8 +130,8 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
     return BuildResult(Release(release_id, final, manifest), built=True)
 
 
-def verify_local(path: Path) -> Release:
-    """Load a release directory and check every file against its manifest (BuildError on any mismatch)."""
+def load_release(path: Path) -> Release:
+    """Read a release directory's manifest (files are checked where they land: on each host)."""
     manifest_path = path / MANIFEST
     try:
         manifest = json.loads(manifest_path.read_text())
@@ -139,6 +139,13 @@ def verify_local(path: Path) -> Release:
         raise BuildError(f"{path} is not a release: it has no {MANIFEST}", hint="run `cutover build`") from exc
     except ValueError as exc:
         raise BuildError(f"{manifest_path} is not valid JSON: {exc}", hint="rebuild with `cutover build`") from exc
+    return Release(manifest["release_id"], path, manifest)
+
+
+def verify_local(path: Path) -> Release:
+    """Load a release directory and check every file against its manifest (BuildError on any mismatch)."""
+    release = load_release(path)
+    manifest = release.manifest
     for name, expected in manifest.get("files", {}).items():
         file = path / name
         if not file.is_file():
@@ -146,7 +153,7 @@ def verify_local(path: Path) -> Release:
         if sha256_file(file) != expected:
             raise BuildError(f"release {path.name}: {name} does not match its sha256 in the manifest",
                              hint="the file was changed after the build: rebuild with `cutover build`")
-    return Release(manifest["release_id"], path, manifest)
+    return release
 
 
 def releases_dir(configured: str | None = None) -> Path:
@@ -155,7 +162,8 @@ def releases_dir(configured: str | None = None) -> Path:
 
 
 def find_release(ref: str | None, out_dir: Path) -> Release:
-    """A release by directory path or id (in out_dir); default the last one built (out_dir/LATEST)."""
+    """A release by directory path or id (in out_dir); default the last one built (out_dir/LATEST).
+    Its files are verified against the manifest on every host it is staged to."""
     if ref is None:
         latest = out_dir / LATEST
         if not latest.exists():
@@ -168,7 +176,7 @@ def find_release(ref: str | None, out_dir: Path) -> Release:
     if not candidate.is_dir():
         raise ConfigError(f"release {ref!r} not found (neither a directory nor an id in {out_dir})",
                           hint="run `cutover build`, or pass an existing release directory")
-    return verify_local(candidate)
+    return load_release(candidate)
 
 
 def _write_latest(out_dir: Path, release_id: str) -> None:

@@ -54,7 +54,7 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
                 state = HostState(host, transport, settings)
                 _fast_flip(state, line, reason)
                 if to_previous or uninstall:
-                    _check_follow_up(host, state, uninstall)
+                    _check_follow_up(host, state, to_previous, uninstall)
                     follow_up.append(host)
                     if line.serving:
                         serving_hosts.append(host.name)
@@ -147,7 +147,10 @@ def _take_lock_if_free(state: HostState, line: HostRollback) -> LockRecord | Non
         return None
 
 
-def _check_follow_up(host: Host, state: HostState, uninstall: bool) -> None:
+def _check_follow_up(host: Host, state: HostState, to_previous: bool, uninstall: bool) -> None:
+    if to_previous and state.transport.readlink(host.paths.previous) is None:
+        raise HostError(f"host {host.name}: there is no previous release ({host.paths.previous} is missing): "
+                        f"nothing was switched (the host is on triton)")
     held = state.read_lock()
     if held is not None and not held.expired() and held.owner != state.settings.operator:
         raise LockHeldError(f"host {host.name} is locked by {held.describe()}: the release was not changed "

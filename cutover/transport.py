@@ -161,7 +161,7 @@ class LocalTransport(Transport):
         try:
             with open(path, "rb") as handle:
                 size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - nbytes))
+                handle.seek(max(0, size - nbytes - 1))
                 return _whole_lines(handle.read(), size > nbytes)
         except FileNotFoundError:
             return None
@@ -272,7 +272,7 @@ class SSHTransport(Transport):
         try:
             with self._sftp.open(path, "r") as handle:
                 size = handle.stat().st_size
-                handle.seek(max(0, size - nbytes))
+                handle.seek(max(0, size - nbytes - 1))
                 return _whole_lines(handle.read(), size > nbytes)
         except FileNotFoundError:
             return None
@@ -380,7 +380,9 @@ def open_transport(host: Host) -> Transport:
 
 
 def _whole_lines(data: bytes, truncated: bool) -> str:
+    """Drop the partial first line of a tail window (the window starts one byte early, so a window that
+    begins exactly at a line start keeps that line)."""
     text = data.decode(errors="replace")
-    if truncated and "\n" in text:
-        text = text.split("\n", 1)[1]
+    if truncated:
+        text = text.split("\n", 1)[1] if "\n" in text else ""
     return text

@@ -122,9 +122,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     # 1. arch
     device = q_extend.device
-    lib = _lib.load_library()
     if device.type == "cuda":
-        lib.check_device(device.index if device.index is not None else torch.cuda.current_device())
+        _lib.load_library().check_device(device.index if device.index is not None else torch.cuda.current_device())
     # 2. dtype
     data = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer")
     for name in data:
@@ -194,6 +193,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     vs = _scale_arg(v_scale, "v_scale", device)
     if ks is None or vs is None:
         return False
+    lib = _lib.load_library()
     dev_index = device.index if device.index is not None else torch.cuda.current_device()
     num_sms = _sm_count(dev_index)
     need = lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index)

@@ -272,30 +272,48 @@ class InterpretedSGLangExtendAttention:
 
 
 _worker_module = None
+_worker_load_error: BaseException | None = None
 
 
 def _load_interpreted_sglang(source_path: str | None) -> None:
-    """Worker initializer: import SGLang's extend_attention (either layout, or a file) under the interpreter."""
-    global _worker_module
-    assert os.environ.get("TRITON_INTERPRET") == "1"
+    """Worker initializer: import SGLang's extend_attention (either layout, or a file) under the interpreter.
+
+    A failure is kept and raised by the first call: an initializer that raises makes a Pool respawn
+    its worker forever.
+    """
+    global _worker_module, _worker_load_error
+    try:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "worker started without TRITON_INTERPRET=1"
+        _worker_module = _import_extend_attention(source_path)
+    except BaseException as error:  # noqa: BLE001 - reported to the caller by _loaded_module()
+        _worker_load_error = error
+
+
+def _import_extend_attention(source_path: str | None):
     if source_path is not None:
         spec = importlib.util.spec_from_file_location("sglang_extend_attention_under_test", source_path)
-        _worker_module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_worker_module)
-        return
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
     for name in SGLANG_EXTEND_ATTENTION_MODULES:
         try:
-            _worker_module = importlib.import_module(name)
-            return
+            return importlib.import_module(name)
         except ModuleNotFoundError:
             continue
     raise ModuleNotFoundError("SGLang's extend_attention module: pip install --no-deps sglang")
 
 
+def _loaded_module():
+    if _worker_load_error is not None:
+        raise RuntimeError(f"could not load SGLang's extend_attention: {_worker_load_error!r}")
+    return _worker_module
+
+
 def _loaded_module_name() -> str:
-    return getattr(_worker_module, "__file__", None) or _worker_module.__name__
+    module = _loaded_module()
+    return getattr(module, "__file__", None) or module.__name__
 
 
 def _run_interpreted_sglang(args, kwargs):
-    _worker_module.extend_attention_fwd(*args, **kwargs)
+    _loaded_module().extend_attention_fwd(*args, **kwargs)
     return args[3]

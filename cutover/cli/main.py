@@ -12,6 +12,8 @@ Library code raises `cutover.errors.CutoverError` subclasses; this module's erro
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from typer.core import TyperGroup
 
@@ -56,7 +58,8 @@ def main(
     json_out: common.JsonOpt = False,
     verbose: common.VerboseOpt = False,
     yes: common.YesOpt = False,
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
 ) -> None:
     """cutover: build, stage, shadow, promote and roll back a custom verify-attention kernel in SGLang."""
     ctx.obj = common.Globals(inventory, limit, config_file, json_out, verbose, yes)
@@ -70,3 +73,5 @@ from cutover.cli import rollback; rollback.register(app)  # noqa: E402,E702
 from cutover.cli import shadow; shadow.register(app)  # noqa: E402,E702
 from cutover.cli import promote; promote.register(app)  # noqa: E402,E702
 from cutover.cli import report; report.register(app)  # noqa: E402,E702
+from cutover.cli import sandbox; sandbox.register(app)  # noqa: E402,E702
+from cutover.cli import replay; replay.register(app)  # noqa: E402,E702

@@ -52,8 +52,8 @@ def stage(
         common.console.print(table)
         if report.restart_declined:
             common.console.print(
-                f"not restarted: {', '.join(report.restart_declined)} keep serving their loaded release "
-                f"(mode triton); run `cutover stage --yes` to restart them")
+                f"not restarted (no --yes): serving on {', '.join(report.restart_declined)} does not run "
+                f"release {report.release_id} yet; it stays in mode triton. `cutover stage --yes` restarts it")
         if all(h.outcome == "already staged" for h in report.hosts):
             common.console.print(f"release {report.release_id} is already staged on every host: nothing changed")
     if report.failed:

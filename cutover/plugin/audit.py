@@ -16,23 +16,28 @@ import time
 import torch
 
 from cutover.plugin.captures import CaptureStore, relative_l2, snapshot_bytes, snapshot_call
+from cutover.plugin.devicestate import NONFINITE_SENTINEL
 
 log = logging.getLogger("cutover.plugin")
 
 
-def truth_errors(capture: dict) -> tuple[float, float]:
-    """(custom, stock) relative L2 errors of a capture against the float64 reference."""
+def truth_reference(capture: dict) -> torch.Tensor:
+    """The float64 reference output [N, H, Dv] of a capture's inputs (kernel_ext.reference)."""
     from kernel_ext.reference import reference_verify_attention
 
     a = capture["args"]
     v_buffer = a["k_buffer"][..., : a["v_extend"].shape[-1]] if a["v_buffer_is_k_view"] else a["v_buffer"]
-    skip_prefix = capture["kwargs"].get("skip_prefix_custom_mask", True)
-    truth = reference_verify_attention(
+    return reference_verify_attention(
         a["q_extend"], a["k_extend"], a["v_extend"], a["k_buffer"], v_buffer, a["qo_indptr"], a["kv_indptr"],
         a["kv_indices"], a["custom_mask"], a["is_causal"], a["mask_indptr"], a["sm_scale"], a["k_scale"],
-        a["v_scale"], skip_prefix, torch.float64,
+        a["v_scale"], capture["kwargs"].get("skip_prefix_custom_mask", True), torch.float64,
     )
-    rows = int(a["qo_indptr"][-1])
+
+
+def truth_errors(capture: dict) -> tuple[float, float]:
+    """(custom, stock) relative L2 errors of a capture against the float64 reference."""
+    truth = truth_reference(capture)
+    rows = int(capture["args"]["qo_indptr"][-1])
     return (relative_l2(capture["o_custom"][:rows], truth[:rows]),
             relative_l2(capture["o_stock"][:rows], truth[:rows]))
 
@@ -110,6 +115,4 @@ class Audit:
 
 def _json_float(value: float) -> float:
     """Finite floats as they are; inf/nan as the non-finite sentinel (stats lines stay strict JSON)."""
-    from cutover.plugin.devicestate import NONFINITE_SENTINEL
-
     return value if value == value and abs(value) != float("inf") else NONFINITE_SENTINEL

@@ -105,45 +105,49 @@ def torch_gate(gate: torch.Tensor, qo_indptr: torch.Tensor, qo_indptr_gated: tor
                enable: torch.Tensor) -> None:
     """The gate in plain torch ops (CPU, and the fallback where kernel_ext has no fused gate).
 
-    Bumps the call counter, sets enable = [mode == custom, mode == shadow and counter % sample_every == 0],
+    Sets enable = [mode == custom, mode == shadow and counter % sample_every == 0] (counter before this
+    call's increment, as kernel_ext.verify_gate does), bumps the counter,
     and writes ``qo_indptr_gated`` = ``qo_indptr``, or zeros in custom mode (stock then does no work).
     Every write is in place; nothing depends on tensor values in Python.
     """
-    gate[2:3].add_(1)
     serve = gate[0:1] == MODE_CODES["custom"]
     sample = (gate[0:1] == MODE_CODES["shadow"]) & (torch.remainder(gate[2:3], gate[1:2]) == 0)
     enable[0:1].copy_(serve)
     enable[1:2].copy_(sample)
+    gate[2:3].add_(1)
     torch.mul(qo_indptr, torch.logical_not(serve).to(qo_indptr.dtype), out=qo_indptr_gated)
 
 
-def torch_shadow_epilogue(o_stock: torch.Tensor, o_custom: torch.Tensor, sample: torch.Tensor,
-                          counters: torch.Tensor, bin_edges: torch.Tensor) -> None:
-    """Accumulate one shadow comparison into a layer's counters, weighted by ``sample`` (0 or 1).
+def torch_shadow_epilogue(o: torch.Tensor, scratch: torch.Tensor, enable: torch.Tensor, counters: torch.Tensor,
+                          bin_edges: torch.Tensor) -> None:
+    """Accumulate one verify call into a layer's counters; ``enable`` = the gate's [serve, sample] flags.
 
-    This is the specification a fused kernel must match. rel_l2 = ||custom - stock||_2 / ||stock||_2 over the
-    whole call (float32 inputs, float64 result), max_abs = max |custom - stock|; a non-finite value in either
-    output makes both NONFINITE_SENTINEL. Updates: CALLS += 1 (always), COMPARED += w, REL_L2_MAX and MAX_ABS
-    = max(old, value * w), NONFINITE_* += w * any(!isfinite(output)), HIST[bucket(rel_l2)] += w, where bucket
-    k holds values in [REL_L2_BIN_EDGES[k-1], REL_L2_BIN_EDGES[k]) and the last one values >= 1.0.
+    This is the specification a fused kernel must match. ``o`` holds stock's output (shadow) or ours (custom);
+    ``scratch`` ours in a shadow sample. With w = sample: rel_l2 = ||scratch - o||_2 / ||o||_2 (float32
+    inputs, float64 result), max_abs = max |scratch - o|; a non-finite value in either makes both
+    NONFINITE_SENTINEL. Updates: CALLS += 1 (always), COMPARED += w, REL_L2_MAX and MAX_ABS = max(old,
+    value * w), HIST[bucket(rel_l2)] += w (bucket k holds [REL_L2_BIN_EDGES[k-1], REL_L2_BIN_EDGES[k]), the
+    last one >= 1.0), NONFINITE_STOCK += w * bad(o), NONFINITE_CUSTOM += w * bad(scratch) + serve * bad(o):
+    in custom mode the served output itself is checked, so a NaN after promote is counted too.
     """
-    weight = sample.to(torch.float64)
-    custom = o_custom.float()
-    stock = o_stock.float()
-    bad_custom = torch.logical_not(torch.isfinite(custom)).any().to(torch.float64)
-    bad_stock = torch.logical_not(torch.isfinite(stock)).any().to(torch.float64)
+    serve = enable[0:1].to(torch.float64)
+    weight = enable[1:2].to(torch.float64)
+    custom = scratch.float()
+    stock = o.float()
+    bad_scratch = torch.logical_not(torch.isfinite(custom)).any().to(torch.float64)
+    bad_o = torch.logical_not(torch.isfinite(stock)).any().to(torch.float64)
     diff = custom - stock
     rel = torch.linalg.vector_norm(diff).double() / torch.linalg.vector_norm(stock).double().clamp_min(1e-300)
     rel = torch.nan_to_num(rel, nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL).clamp_max(NONFINITE_SENTINEL)
     max_abs = torch.nan_to_num(diff.abs().amax().double(), nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL)
-    any_bad = torch.clamp_max(bad_custom + bad_stock, 1.0)
+    any_bad = torch.clamp_max(bad_scratch + bad_o, 1.0)
     rel = torch.where(any_bad > 0, torch.full_like(rel, NONFINITE_SENTINEL), rel)
     max_abs = torch.where(any_bad > 0, torch.full_like(max_abs, NONFINITE_SENTINEL), max_abs)
     counters[CALLS].add_(1.0)
     counters[COMPARED : COMPARED + 1].add_(weight)
     torch.maximum(counters[REL_L2_MAX : REL_L2_MAX + 1], rel * weight, out=counters[REL_L2_MAX : REL_L2_MAX + 1])
     torch.maximum(counters[MAX_ABS : MAX_ABS + 1], max_abs * weight, out=counters[MAX_ABS : MAX_ABS + 1])
-    counters[NONFINITE_CUSTOM : NONFINITE_CUSTOM + 1].add_(bad_custom * weight)
-    counters[NONFINITE_STOCK : NONFINITE_STOCK + 1].add_(bad_stock * weight)
+    counters[NONFINITE_CUSTOM : NONFINITE_CUSTOM + 1].add_(bad_scratch * weight + bad_o * serve)
+    counters[NONFINITE_STOCK : NONFINITE_STOCK + 1].add_(bad_o * weight)
     bucket = torch.bucketize(rel.reshape(1), bin_edges, right=True)
     counters[HIST:].index_add_(0, bucket, weight)

@@ -9,7 +9,7 @@ whatever the mode (so one captured graph serves every mode):
     ours -> o        enable=serve    custom mode: our kernel serves the output
     ours -> scratch  enable=sample   shadow mode, sampled call: our kernel into a preallocated scratch
     stock(qo_indptr_gated)           SGLang's kernel; an empty extend (custom mode) does no work
-    epilogue(o, scratch, sample)     shadow accounting into the layer's device counters
+    epilogue(o, scratch, enable)     accounting into the layer's device counters (custom mode: o's finiteness)
 
 If our kernel does not serve the call shape (returns False: a static decision made from shapes, dtypes and
 flags, hence the same at capture and at every replay), stock runs with the real qo_indptr and nothing else
@@ -112,7 +112,7 @@ class VerifyDispatcher:
             return self.stock(*args, **kwargs)
         result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
         if shadowed:
-            kernels.epilogue(o, scratch, slots.sample, slots.counters, runtime.state.bin_edges)
+            kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges)
             if not _is_capturing(o):
                 runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample)
         return result

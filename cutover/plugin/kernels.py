@@ -6,7 +6,7 @@ Both present one interface to the dispatcher:
 * ``custom(args, kwargs, out, enable) -> bool``: our kernel on SGLang's positional ``args`` with ``o``
   replaced by ``out``; it exits at once when ``enable[0] == 0``; False means "this call shape is not served"
   and depends only on shapes, dtypes and flags, so it is the same at capture time and at every replay;
-* ``epilogue(o_stock, o_custom, sample, counters, bin_edges)``: the shadow accounting;
+* ``epilogue(o, scratch, enable, counters, bin_edges)``: the accounting (devicestate.torch_shadow_epilogue);
 * ``label``: what computes the custom path, as heartbeats and stats name it.
 """
 
@@ -22,7 +22,8 @@ from cutover.plugin.devicestate import torch_gate, torch_shadow_epilogue
 
 CUDA_LABEL = "cuda"
 REFERENCE_LABEL = "reference (no GPU)"
-O_INDEX, QO_INDPTR_INDEX = 3, 6  # positions of o_extend and qo_indptr in extend_attention_fwd's arguments
+O_INDEX, QO_INDPTR_INDEX = 3, 6
+KERNEL_LIBRARY = "libcutover_verify.so"  # file name inside a release directory (kernel_ext._lib)  # positions of o_extend and qo_indptr in extend_attention_fwd's arguments
 
 
 class KernelUnavailable(Exception):
@@ -41,8 +42,24 @@ class CudaKernels:
 
     def __init__(self, kernel_ext_module):
         self._verify_attention = kernel_ext_module.verify_attention
+        self._workspace_bytes = kernel_ext_module.workspace_bytes
         self._fused_gate = getattr(kernel_ext_module, "verify_gate", None)
         self._fused_epilogue = getattr(kernel_ext_module, "shadow_epilogue", None)
+        self._workspace: dict[torch.device, torch.Tensor] = {}
+        self._retired: list[torch.Tensor] = []  # graphs captured earlier still point into these
+
+    def _workspace_for(self, args) -> torch.Tensor:
+        """A preallocated workspace big enough for this call (grow-only; both launches of a call share it)."""
+        q, qo_indptr, max_len = args[0], args[QO_INDPTR_INDEX], args[12]
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        need = self._workspace_bytes(qo_indptr.numel() - 1, q.shape[1], int(max_len), index)
+        current = self._workspace.get(q.device)
+        if current is None or current.numel() < need:
+            if current is not None:
+                self._retired.append(current)
+            current = torch.empty(max(need, 1), dtype=torch.uint8, device=q.device)
+            self._workspace[q.device] = current
+        return current
 
     def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
         if self._fused_gate is not None:
@@ -51,13 +68,14 @@ class CudaKernels:
             torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
     def custom(self, args, kwargs, out, enable) -> bool:
-        return bool(self._verify_attention(*replace_arg(args, O_INDEX, out), enable=enable, **kwargs))
+        return bool(self._verify_attention(*replace_arg(args, O_INDEX, out), enable=enable,
+                                           workspace=self._workspace_for(args), **kwargs))
 
-    def epilogue(self, o_stock, o_custom, sample, counters, bin_edges) -> None:
+    def epilogue(self, o, scratch, enable, counters, bin_edges) -> None:
         if self._fused_epilogue is not None:
-            self._fused_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+            self._fused_epilogue(o, scratch, enable, counters, bin_edges)
         else:
-            torch_shadow_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+            torch_shadow_epilogue(o, scratch, enable, counters, bin_edges)
 
 
 class ReferenceKernels:
@@ -89,8 +107,8 @@ class ReferenceKernels:
             return self.served(args, kwargs)
         return bool(self._splitk(*replace_arg(args, O_INDEX, out), **kwargs))
 
-    def epilogue(self, o_stock, o_custom, sample, counters, bin_edges) -> None:
-        torch_shadow_epilogue(o_stock, o_custom, sample, counters, bin_edges)
+    def epilogue(self, o, scratch, enable, counters, bin_edges) -> None:
+        torch_shadow_epilogue(o, scratch, enable, counters, bin_edges)
 
 
 def _cuda_arch_problem(device: torch.device, release_dir: str | None) -> str | None:
@@ -134,10 +152,13 @@ def select_kernels(device: torch.device, release_dir: str | None):
         raise KernelUnavailable(f"kernel library not importable: {exc}") from exc
     if not hasattr(kernel_ext, "verify_attention"):
         raise KernelUnavailable("kernel_ext has no verify_attention (kernel library missing from this install)")
-    loader = getattr(kernel_ext, "load_library", None)
-    if loader is not None and release_dir:
-        try:
-            loader(release_dir)
-        except Exception as exc:  # noqa: BLE001 - any load failure keeps the rank on Triton
-            raise KernelUnavailable(f"kernel library in {release_dir} did not load: {exc}") from exc
+    library = os.path.join(release_dir, KERNEL_LIBRARY) if release_dir else None
+    if library and not os.path.exists(library):
+        library = None
+    try:
+        from kernel_ext import _lib
+
+        _lib.load_library(library)  # None: kernel_ext's own search (CUTOVER_KERNEL_LIB, $CUTOVER_ROOT/current, ...)
+    except Exception as exc:  # noqa: BLE001 - any load failure keeps the rank on Triton
+        raise KernelUnavailable(f"kernel library {library or '(default search)'} did not load: {exc}") from exc
     return CudaKernels(kernel_ext)

@@ -100,12 +100,12 @@ class PluginRuntime:
             return
         self._started = False
         self.control.stop(clean=True)
-        self._drain(self.control.state, Decision("triton", 1, "process exited"), write=True)
+        self.drain(write=True)
         self._write_heartbeat(self.control.state, Decision("triton", 1, "process exited"), stopped=True)
 
     def _apply(self, decision: Decision, new_generation: bool) -> None:
         if new_generation and self.state is not None:
-            self._drain(self.control.state, Decision(self.control.mode_active, 1, ""), write=True)
+            self.drain(write=True)  # close the old generation's interval before its counters reset
         if self.state is not None:
             self.state.set_mode(decision.mode, decision.sample_rate, reset_counters=new_generation)
             if new_generation:
@@ -120,14 +120,15 @@ class PluginRuntime:
             idle_line = now >= self._next_idle_line
             if idle_line:
                 self._next_idle_line = now + IDLE_STATS_INTERVAL_S
-            self._drain(state, decision, write=self.control.mode_active == "shadow" or idle_line)
+            self.drain(write=self.control.mode_active == "shadow" or idle_line)
         self._write_heartbeat(state, decision)
 
-    def _drain(self, state: ControlState, decision: Decision, write: bool) -> None:
+    def drain(self, write: bool) -> None:
+        """Fold the device counters into the totals; append a stats line when ``write``."""
         if self.state is None:
             return
         self.stats.drain(self.state.read_counters(), mode=self.control.mode_active,
-                         generation=max(state.generation_seen, 0), release_id=self.release_id,
+                         generation=max(self.control.state.generation_seen, 0), release_id=self.release_id,
                          kernel=self.kernel_label, truth=self.audit.take_truth(), write=write)
 
     def heartbeat(self, state: ControlState, decision: Decision, stopped: bool = False) -> Heartbeat:

@@ -162,6 +162,7 @@ class RankWorker:
 
 def run_rank(rank: int, device: str, layers: int, step_interval_s: float, state_dir: str, seed: int = 0) -> int:
     """Entry of a rank process (``python -m cutover.sandbox rank``); SIGTERM ends it cleanly."""
+    torch.set_num_threads(1)  # a good neighbour: the sandbox shares the machine
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     if device.startswith("cuda"):

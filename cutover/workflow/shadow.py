@@ -322,12 +322,13 @@ class _ShadowRun:
             self.load = None
 
     def _finish_normally(self) -> ShadowOutcome:
+        ranks_at_end = self._observations()  # before the flip back, while every rank should be in shadow
+        elapsed = time.monotonic() - self.started_mono
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
         for run in self.runs:
             with contextlib.suppress(HostError):
                 self._ingest(run)  # the last drained interval
-        elapsed = time.monotonic() - self.started_mono
-        verdict = evaluate_shadow(self.policy.shadow, self.summary, [], elapsed, final=True)
+        verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
         reasons = verdict.reasons() + problems
         return self._conclude("passed" if verdict.passed and not problems else "failed", reasons, verdict)
 

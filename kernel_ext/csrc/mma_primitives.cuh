@@ -39,7 +39,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 // d += a * b for one 16x8x16 tile. Fragment layouts: PTX ISA, "mma.m16n8k16" (g = lane/4, c = lane%4):
 // a: rows g/g+8, cols 2c..2c+1 / 2c+8..; b: k rows 2c..2c+1 / 2c+8.., col g; d: rows g/g+8, cols 2c, 2c+1.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -156,7 +156,7 @@ int check_params(const CutoverVerifyParams* a) {
   struct { const void* p; const char* name; } required[] = {
       {a->q, "q"}, {a->k_extend, "k_extend"}, {a->v_extend, "v_extend"}, {a->o, "o"},
       {a->kv_buffer, "kv_buffer"}, {a->qo_indptr, "qo_indptr"}, {a->kv_indptr, "kv_indptr"},
-      {a->kv_indices, "kv_indices"}, {a->workspace, "workspace"}};
+      {a->workspace, "workspace"}};  // kv_indices may be NULL (an empty tensor) when every prefix is empty
   for (auto& r : required)
     if (r.p == nullptr) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
   int rc;

@@ -82,7 +82,8 @@ struct TileConfig {
   static constexpr int OFF_ALPHA = OFF_RED + WS_N * M_TILE * 4;   // [M_TILE] rescale factor
   static constexpr int OFF_LRED = OFF_ALPHA + M_TILE * 4;         // [WS_N][M_TILE] partial row sum
   static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;   // [M_TILE] final row max
-  static constexpr int SMEM_BYTES = OFF_MFIN + M_TILE * 4;
+  static constexpr int OFF_IDX = OFF_MFIN + M_TILE * 4;           // [2][N_TILE] KV row ids of upcoming tiles
+  static constexpr int SMEM_BYTES = OFF_IDX + 2 * N_TILE * 8;
   static_assert(WO_M * WO_D == WARPS, "S and O warp grids must use the same warps");
   static_assert(S_ROWS % 16 == 0 && S_COLS % 8 == 0 && N_TILE % 16 == 0, "tile shape");
   static_assert(O_ROWS % 16 == 0 && NT_O % 2 == 0, "O tile shape");
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
   float* sAlpha = reinterpret_cast<float*>(smem + C::OFF_ALPHA);
   float* sLred = reinterpret_cast<float*>(smem + C::OFF_LRED);
   float* sMfin = reinterpret_cast<float*>(smem + C::OFF_MFIN);
+  int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
   const int4 wk = a.work[blockIdx.y];
   const int b = wk.x;
@@ -229,18 +231,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
   }
 
   const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
-  auto load_prefix_tile = [&](int kt, int stage) {
+  // Row id of key r of prefix tile kt (0 past the split's end; such rows are zero-filled, never read).
+  auto row_id = [&](int kt, int r) -> int64_t {
+    const int key = key_begin + kt * C::N_TILE + r;
+    return key < key_end ? (int64_t)kv_indices[kv_start + key] : 0;
+  };
+  // Gather prefix tile kt into a stage; `ids` are its row ids (global memory in the prologue, then the
+  // shared ring, filled one tile ahead so no load in this loop waits on an index).
+  auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {
     const int kbase = key_begin + kt * C::N_TILE;
     __nv_bfloat16* dst = sKV + stage * C::N_TILE * C::LD;
+#pragma unroll
     for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
-      const int r = i / kRowChunks, ch = i - r * kRowChunks, key = kbase + r;
-      const __nv_bfloat16* src = a.kv;
-      int bytes = 0;
-      if (key < key_end) {
-        src = a.kv + (int64_t)kv_indices[kv_start + key] * a.skv + ch * 8;
-        bytes = 16;
-      }
-      cp_async16(dst + r * C::LD + ch * 8, src, bytes);
+      const int r = i / kRowChunks, ch = i - r * kRowChunks;
+      const bool valid = kbase + r < key_end;
+      const int64_t row = ids != nullptr ? ids[r] : row_id(kt, r);
+      cp_async16(dst + r * C::LD + ch * 8, valid ? a.kv + row * a.skv + ch * 8 : a.kv, valid ? 16 : 0);
     }
   };
 
@@ -257,18 +263,19 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) { m_run[mt][hf] = -CUDART_INF_F; l_run[mt][hf] = 0.f; }
 
-  // One KV tile: S, mask, online softmax, P V. `tail` tiles take keys from the draft tokens: their V rows are
-  // loaded over the K rows once S is done (k_extend and v_extend are separate tensors).
-  auto process_tile = [&](int stage, int nvalid, bool tail, int tail_key0, float scale_log2) {
-    __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
-    float s[C::MT_S][C::NT_S][4];
+  float s[C::MT_S][C::NT_S][4];  // scores of the tile in flight between `scores` and `softmax`
+
+  // S = Q K^T over one stage, scaled (log2 domain), masked; partial row maxima into sRed. `tail` tiles take
+  // their keys from the draft tokens under the custom mask.
+  auto scores = [&](int stage, int nvalid, bool tail, int tail_key0, float scale_log2) {
+    const __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
 #pragma unroll
     for (int mt = 0; mt < C::MT_S; ++mt)
 #pragma unroll
       for (int nt = 0; nt < C::NT_S; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll 4
+#pragma unroll
     for (int ks = 0; ks < kDimQK / 16; ++ks) {
       uint32_t af[C::MT_S][4];
 #pragma unroll
@@ -330,19 +337,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
         if (cq == 0) sRed[ws_n * C::M_TILE + lr] = mx;
       }
     }
-    __syncthreads();  // row maxima visible; every warp is done reading K of this stage
+  };
 
-    if (tail) {  // draft V rows over the K rows just used
-      for (int i = tid; i < C::N_TILE * kVChunks; i += C::THREADS) {
-        const int r = i / kVChunks, ch = i - r * kVChunks, j = tail_key0 + r;
-        const __nv_bfloat16* src = a.vx;
-        int bytes = 0;
-        if (j < ext) { src = a.vx + (qo_start + j) * a.svx + ch * 8; bytes = 16; }
-        cp_async16(sK + r * C::LD + ch * 8, src, bytes);
-      }
-      cp_async_commit();
-    }
-
+  // Online softmax of `s`: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+  auto softmax = [&]() {
     // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
 #pragma unroll
     for (int mt = 0; mt < C::MT_S; ++mt) {
@@ -368,9 +366,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
         if (ws_n == 0 && cq == 0) sAlpha[lr] = alpha;
       }
     }
-    if (tail) cp_async_wait<0>();
-    __syncthreads();  // P, alpha (and draft V) visible
+  };
 
+  // O = O * alpha + P V over one stage (P and alpha from shared memory).
+  auto accumulate_pv = [&](int stage) {
+    const __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
     // O = O * alpha + P V.
 #pragma unroll
     for (int mt = 0; mt < C::MT_O; ++mt) {
@@ -401,21 +401,43 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
     }
   };
 
-  // Prefix keys of this split, STAGES-deep cp.async pipeline (the Q tile rides in the first group).
+  // Prefix keys of this split, software-pipelined: iteration kt computes P V of tile kt-1 and S of tile kt in
+  // one branch-free block (tensor and shared-memory work overlap), with two barriers per tile. The cp.async
+  // ring runs STAGES deep; the Q tile rides in the first group.
   const float prefix_scale = a.sm_scale * k_scale * 1.4426950408889634f;
 #pragma unroll
   for (int st = 0; st < C::STAGES - 1; ++st) {
-    if (st < n_tiles) load_prefix_tile(st, st);
+    if (st < n_tiles) load_prefix_tile(st, st, nullptr);
     cp_async_commit();
   }
+  int64_t next_id = 0;  // row id of key `tid` of tile kt + STAGES, loaded one iteration before it is stored
+  if (tid < C::N_TILE) {
+    sIdx[((C::STAGES - 1) & 1) * C::N_TILE + tid] = C::STAGES - 1 < n_tiles ? row_id(C::STAGES - 1, tid) : 0;
+    next_id = C::STAGES < n_tiles ? row_id(C::STAGES, tid) : 0;
+  }
+  // The first iteration's P V is a no-op: P = 0, alpha = 1 over a zeroed stage (not yet loaded by anyone).
+  for (int i = tid; i < C::M_TILE * C::P_LD / 2; i += C::THREADS) reinterpret_cast<uint32_t*>(sP)[i] = 0u;
+  for (int i = tid; i < C::M_TILE; i += C::THREADS) sAlpha[i] = 1.f;
+  for (int i = tid; i < C::N_TILE * C::LD / 8; i += C::THREADS)
+    reinterpret_cast<uint4*>(sKV + (C::STAGES - 1) * C::N_TILE * C::LD)[i] = make_uint4(0u, 0u, 0u, 0u);
   for (int kt = 0; kt < n_tiles; ++kt) {
     cp_async_wait<C::STAGES - 2>();
-    __syncthreads();
+    __syncthreads();  // tile kt landed; P and alpha of tile kt-1 visible
+    accumulate_pv((kt + C::STAGES - 1) % C::STAGES);
+    scores(kt % C::STAGES, min(C::N_TILE, key_end - key_begin - kt * C::N_TILE), false, 0, prefix_scale);
+    __syncthreads();  // row maxima visible; tile kt-1's stage and the P buffer are free
     const int nxt = kt + C::STAGES - 1;
-    if (nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES);
+    if (nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES, sIdx + (nxt & 1) * C::N_TILE);
     cp_async_commit();
-    const int nvalid = min(C::N_TILE, key_end - key_begin - kt * C::N_TILE);
-    process_tile(kt % C::STAGES, nvalid, false, 0, prefix_scale);
+    if (tid < C::N_TILE) {
+      sIdx[((nxt + 1) & 1) * C::N_TILE + tid] = next_id;
+      next_id = nxt + 2 < n_tiles ? row_id(nxt + 2, tid) : 0;
+    }
+    softmax();
+  }
+  if (n_tiles > 0) {
+    __syncthreads();
+    accumulate_pv((n_tiles - 1) % C::STAGES);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -427,21 +449,30 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= v_scale;
 
-  if (does_tail) {
+  if (does_tail) {  // draft tokens as keys: K rows, S, then their V rows over the same stage, P V
     const float tail_scale = a.sm_scale * 1.4426950408889634f;
     for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
       __syncthreads();  // the previous tile's readers are done with stage 0
       for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
         const int r = i / kRowChunks, ch = i - r * kRowChunks, j = j0 + r;
-        const __nv_bfloat16* src = a.kx;
-        int bytes = 0;
-        if (j < ext) { src = a.kx + (qo_start + j) * a.skx + ch * 8; bytes = 16; }
-        cp_async16(sKV + r * C::LD + ch * 8, src, bytes);
+        const bool valid = j < ext;
+        cp_async16(sKV + r * C::LD + ch * 8, valid ? a.kx + (qo_start + j) * a.skx + ch * 8 : a.kx, valid ? 16 : 0);
       }
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
-      process_tile(0, min(C::N_TILE, ext - j0), true, j0, tail_scale);
+      scores(0, min(C::N_TILE, ext - j0), true, j0, tail_scale);
+      __syncthreads();  // every warp is done reading the draft K rows
+      for (int i = tid; i < C::N_TILE * kVChunks; i += C::THREADS) {
+        const int r = i / kVChunks, ch = i - r * kVChunks, j = j0 + r;
+        const bool valid = j < ext;
+        cp_async16(sKV + r * C::LD + ch * 8, valid ? a.vx + (qo_start + j) * a.svx + ch * 8 : a.vx, valid ? 16 : 0);
+      }
+      cp_async_commit();
+      softmax();
+      cp_async_wait<0>();
+      __syncthreads();  // P, alpha and the draft V rows visible
+      accumulate_pv(0);
     }
   }
 

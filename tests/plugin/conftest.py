@@ -1,0 +1,48 @@
+"""Fixtures of the plugin tests: a host layout in tmp_path, control-file writes, a CPU plugin runtime."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.plugin.runtime import PluginRuntime
+
+
+@pytest.fixture
+def paths(tmp_path) -> HostPaths:
+    return HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+
+
+@pytest.fixture
+def write_control(paths):
+    """write_control(mode, generation, lease_s=60.0 | None, sample_rate=1): atomically, as the CLI does."""
+
+    def write(mode: str, generation: int, lease_s: float | None = 60.0, sample_rate: int = 1) -> ControlRecord:
+        record = ControlRecord(mode=mode, generation=generation, sample_rate=sample_rate, set_by="test",
+                               lease_expires_at=None if lease_s is None else time.time() + lease_s)
+        atomic_write_text(paths.control, record.to_json())
+        return record
+
+    return write
+
+
+@pytest.fixture
+def runtime(paths):
+    """A CPU runtime (reference kernels) whose control thread is NOT running: tests drive poll_once()."""
+    rt = PluginRuntime(paths, 0, torch.device("cpu"), audit_interval_s=0.0)
+    yield rt
+    rt.control.stop(clean=True)
+
+
+@pytest.fixture(scope="session")
+def sglang_extend_attention_fwd():
+    """SGLang's real extend_attention_fwd under TRITON_INTERPRET=1 in a worker process (float32 CPU tensors);
+    tests using it carry ``@pytest.mark.sglang`` (skipped with the reason when SGLang is not installed)."""
+    from kernel_ext.testing import InterpretedSGLangExtendAttention
+
+    kernel = InterpretedSGLangExtendAttention()
+    yield kernel
+    kernel.close()

@@ -1,0 +1,164 @@
+"""The real typer app in-process (CliRunner): exit codes and exact messages of build/stage/status/rollback
+against a local-connection host under tmp_path (real ansible-runner, real playbooks)."""
+
+import json
+import os
+import shutil
+import time
+
+from .conftest import read_journal, write_inventory
+
+
+def test_help_lists_the_control_verbs(invoke):
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for verb in ("build", "stage", "status", "rollback"):
+        assert f" {verb} " in result.stdout
+
+
+def test_missing_inventory_is_a_config_error(invoke, tmp_path):
+    result = invoke("status", "-i", tmp_path / "nope.yml")
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: inventory file {tmp_path / 'nope.yml'} does not exist\n"
+                             "  fix: pass an existing inventory with --inventory/-i (packaged: ct200.yml, local.yml)\n")
+
+
+def test_invalid_inventory_field_is_named(invoke, tmp_path):
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, tp_size="eight")
+    result = invoke("-i", inventory, "status")  # global option before the verb
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {inventory}: host 'local': field 'tp_size' must be a positive integer "
+                             "(ranks on the host), found 'eight'\n")
+
+
+def test_status_of_a_fresh_host(invoke, local_inventory):
+    result = invoke("status", "-i", local_inventory, "--json")
+    assert result.exit_code == 0, result.stderr
+    (host,) = json.loads(result.stdout)["hosts"]
+    assert host["phase"]["phase"] == "idle" and host["requested_mode"] is None and host["serving"] is False
+    assert [r["rank"] for r in host["ranks"]] == [0, 1] and host["lock"] is None
+    table = invoke("status", "-i", local_inventory)
+    assert "no serving process" in table.stdout and "no control file" in table.stdout
+
+
+def test_rollback_with_no_state_then_again_is_idempotent(invoke, local_inventory, state_dir):
+    first = invoke("rollback", "-i", local_inventory)
+    assert first.exit_code == 0, first.stderr
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+    second = invoke("rollback", "-i", local_inventory)
+    assert second.exit_code == 0
+    assert "every host was already on triton: nothing changed (acknowledgements confirmed)" in second.stdout
+    assert json.loads((state_dir / "control.json").read_text())["generation"] == 1
+    assert [e["already_triton"] for e in read_journal(state_dir) if e["action"] == "rollback"] == [False, True]
+
+
+def test_rollback_flips_a_shadowing_host_and_overrides_a_foreign_lock(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "control.json").write_text(json.dumps({"mode": "shadow", "generation": 4}))
+    (state_dir / "phase.json").write_text(json.dumps({"phase": "shadowing", "release_id": "r1"}))
+    (state_dir / "lock").write_text(json.dumps({"owner": "bob@test", "action": "shadow", "acquired_at": 0,
+                                                "expires_at": time.time() + 600, "token": "b", "pid": 1}))
+    result = invoke("rollback", "-i", local_inventory, "--json")
+    assert result.exit_code == 0, result.stderr
+    (line,) = json.loads(result.stdout)["hosts"]
+    assert line["ok"] and line["generation"] == 5 and not line["already_triton"]
+    assert "lock held by bob@test: rolled back to triton anyway (the safe direction)" in line["messages"]
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+    assert json.loads((state_dir / "phase.json").read_text())["phase"] == "rolled_back"
+    assert json.loads((state_dir / "lock").read_text())["owner"] == "bob@test"  # not stolen
+    assert "rollback_overrode_lock" in [e["action"] for e in read_journal(state_dir)]
+
+
+def test_rollback_to_previous_without_one_is_refused_but_still_on_triton(invoke, local_inventory, state_dir):
+    result = invoke("rollback", "-i", local_inventory, "--to", "previous")
+    assert result.exit_code == 4
+    assert "there is no previous release" in result.stderr and "nothing was switched" in result.stderr
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+
+
+def test_build_without_nvcc_fails_cleanly(invoke, tmp_path):
+    out = tmp_path / "releases"
+    result = invoke("build", "--arch", "sm_90a", "--out", out, "--nvcc", tmp_path / "no-such-nvcc")
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: cannot build the kernel: ")
+    assert "fix: install the CUDA toolkit (nvcc) or pass its path with --nvcc" in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_second_build_is_a_noop_that_says_so(invoke, release):
+    result = invoke("build", "--arch", "sm_90a", "--out", release.parent)
+    assert result.exit_code == 0, result.stderr
+    assert (f"release {release.name} is already built at {release} (same sources, archs and nvcc): nothing to do"
+            in result.stdout.replace("\n", ""))
+
+
+def test_stage_then_restage_is_unchanged(invoke, local_inventory, release, tmp_path, state_dir):
+    first = invoke("stage", "-i", local_inventory, "--release", release, "--json")
+    assert first.exit_code == 0, first.stderr
+    (line,) = json.loads(first.stdout)["hosts"]
+    assert line["outcome"] == "staged" and line["changed"] > 0 and not line["restarted"]
+    assert os.readlink(tmp_path / "root" / "current") == f"releases/{release.name}"
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+    assert json.loads((state_dir / "phase.json").read_text())["phase"] == "staged"
+    second = invoke("stage", "-i", local_inventory, "--release", release)
+    assert second.exit_code == 0, second.stderr
+    assert f"release {release.name} is already staged on every host: nothing changed" in second.stdout
+    assert [e["outcome"] for e in read_journal(state_dir) if e["action"] == "stage"] == ["staged", "already staged"]
+
+
+def test_check_mode_changes_nothing(invoke, local_inventory, release, tmp_path):
+    result = invoke("stage", "-i", local_inventory, "--release", release, "--check")
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "root" / "current").exists() and not (tmp_path / "state" / "control.json").exists()
+    assert not (tmp_path / "state" / "journal.jsonl").exists()
+
+
+def test_corrupted_artifact_is_refused_and_journaled(invoke, local_inventory, release, tmp_path, state_dir):
+    corrupt = tmp_path / "corrupt" / release.name
+    shutil.copytree(release, corrupt)
+    manifest = json.loads((corrupt / "manifest.json").read_text())
+    with open(corrupt / manifest["library"], "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\x00garbage")
+    result = invoke("stage", "-i", local_inventory, "--release", corrupt)
+    assert result.exit_code == 4
+    assert f"sha256 mismatch for {manifest['library']}" in result.stderr and "nothing was switched" in result.stderr
+    assert not (tmp_path / "root" / "current").exists()
+    assert not (tmp_path / "root" / "releases" / release.name).exists()
+    assert [e["stage"] for e in read_journal(state_dir) if e["action"] == "stage_refused"] == ["stage"]
+
+
+def test_preflight_mismatch_names_host_fact_expected_found(invoke, tmp_path, release):
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, gpu_arch="sm_120")
+    result = invoke("stage", "-i", inventory, "--release", release)
+    assert result.exit_code == 4
+    assert ("host local: gpu compute capability: expected sm_120, found no GPU (nvidia-smi missing or failing)"
+            in result.stderr)
+    assert result.stderr.startswith("error: preflight failed; nothing was changed:")
+    assert not (tmp_path / "root" / "current").exists()
+
+
+def test_stage_is_refused_while_another_operator_holds_the_lock(invoke, local_inventory, release, state_dir):
+    state_dir.mkdir()
+    (state_dir / "lock").write_text(json.dumps({"owner": "bob@test", "action": "shadow", "acquired_at": 0,
+                                                "expires_at": time.time() + 600, "token": "b", "pid": 1}))
+    result = invoke("stage", "-i", local_inventory, "--release", release)
+    assert result.exit_code == 5
+    assert result.stderr.startswith("error: host local is locked by bob@test (shadow, ")
+    assert not (state_dir / "control.json").exists()
+
+
+def test_stage_is_refused_on_a_promoted_host(invoke, local_inventory, release, state_dir):
+    state_dir.mkdir()
+    (state_dir / "phase.json").write_text(json.dumps({"phase": "promoted", "release_id": "old"}))
+    result = invoke("stage", "-i", local_inventory, "--release", release)
+    assert result.exit_code == 6
+    assert result.stderr == ("error: host local: cannot go from promoted to staged: the custom kernel is live: "
+                             "run `cutover rollback` before staging another release\n")
+
+
+def test_restart_that_never_heartbeats_fails_the_host_in_triton(invoke, local_inventory, release, state_dir):
+    result = invoke("stage", "-i", local_inventory, "--release", release, "--yes")
+    assert result.exit_code == 4
+    assert f"serving did not come up with release {release.name} on all 2 ranks within 1 s" in result.stderr
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"

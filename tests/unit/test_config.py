@@ -1,0 +1,91 @@
+"""Inventory and config loading: the packaged inventories load; bad input names file and field."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cutover import config
+from cutover.errors import ConfigError
+
+from .conftest import write_inventory
+
+
+def test_packaged_local_inventory_is_the_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # no inventories/ here: the packaged copy is used
+    inventory = config.load_inventory(None)
+    (host,) = inventory.hosts
+    assert host.is_local and host.serving_kind == "sandbox" and host.tp_size == 2 and host.gpu_arch == "none"
+    assert host.paths.state_dir == str(tmp_path / ".local/share/cutover/local/state")
+    assert host.serving_address == "127.0.0.1"
+
+
+def test_ct200_inventory_describes_the_production_target():
+    inventory = config.load_inventory(str(Path(__file__).parents[2] / "inventories" / "ct200.yml"))
+    (host,) = inventory.hosts
+    assert (host.name, host.tp_size, host.gpu_arch, host.serving_kind) == ("ct200", 8, "sm_120", "sglang")
+    assert not host.is_local and host.manages_plugin
+    assert inventory.select("serving") == [host]
+
+
+@pytest.mark.parametrize("override,field,problem", [
+    ({"tp_size": 0}, "tp_size", "must be a positive integer (ranks on the host), found 0"),
+    ({"serving_kind": "vllm"}, "serving_kind", "must be one of sglang, sandbox, found 'vllm'"),
+    ({"gpu_arch": "hopper"}, "gpu_arch", "must look like sm_120 or be 'none' (no GPU), found 'hopper'"),
+    ({"cutover_root": None}, "cutover_root", "is missing"),
+    ({"serving_restart_command": None}, "serving_restart_command", "is missing"),
+    ({"cutover_state_dir": "{{ x }}"}, "cutover_state_dir", "uses Jinja templating"),
+])
+def test_bad_host_fields_name_file_host_and_field(tmp_path, override, field, problem):
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, **override)
+    with pytest.raises(ConfigError) as caught:
+        config.load_inventory(str(inventory))
+    assert caught.value.message.startswith(f"{inventory}: host 'local': field '{field}' {problem}")
+
+
+def test_gpu_less_sglang_host_is_refused(tmp_path):
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, serving_kind="sglang", serving_service="x")
+    with pytest.raises(ConfigError, match="field 'gpu_arch' is 'none', which only a sandbox host may declare"):
+        config.load_inventory(str(inventory))
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    bad = tmp_path / "inv.yml"
+    bad.write_text("all:\n  hosts:\n    local: [\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}: not valid YAML at line \d+"):
+        config.load_inventory(str(bad))
+
+
+def test_unknown_group_field_is_named(tmp_path):
+    bad = tmp_path / "inv.yml"
+    bad.write_text(yaml.safe_dump({"all": {"host": {"a": {}}}}))
+    with pytest.raises(ConfigError, match=r"group 'all': unknown field 'host'"):
+        config.load_inventory(str(bad))
+
+
+def test_canary_goes_first_and_limit_selects(tmp_path):
+    base = {"ansible_connection": "local", "cutover_root": "/r", "cutover_state_dir": "/s",
+            "serving_kind": "sandbox", "tp_size": 1, "gpu_arch": "none", "serving_restart_command": "true"}
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"vars": base, "children": {
+        "serving": {"hosts": {"a": None, "b": {"cutover_canary": True}, "c": None}}}}}))
+    inventory = config.load_inventory(str(path))
+    assert [h.name for h in inventory.hosts] == ["b", "a", "c"]
+    assert [h.name for h in inventory.select("c,a")] == ["a", "c"]
+    with pytest.raises(ConfigError, match="--limit 'zz': 'zz' is neither a host nor a group"):
+        inventory.select("zz")
+
+
+def test_settings_file_errors_name_the_field(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("lock_ttl_s: -5\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: field 'lock_ttl_s' must be a positive number"):
+        config.load_settings(str(path))
+    path.write_text("operatr: me\n")
+    with pytest.raises(ConfigError, match="unknown field 'operatr'"):
+        config.load_settings(str(path))
+    path.write_text("operator: carol@ops\nack_timeout_s: 5\n")
+    assert config.load_settings(str(path)).operator == "carol@ops"
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load_settings(str(tmp_path / "missing.yml"))
