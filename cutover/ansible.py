@@ -86,6 +86,7 @@ def run_playbook(name: str, inventory: Inventory, hosts: list[Host], *, extravar
             envvars={
                 "ANSIBLE_HOST_KEY_CHECKING": "True",
                 "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                "ANSIBLE_PIPELINING": "True",  # one SSH call per task (sudoers must not require a tty)
                 "ANSIBLE_NOCOLOR": "True",
                 "ANSIBLE_LOCAL_TEMP": str(Path(private, "tmp")),
                 "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),

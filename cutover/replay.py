@@ -20,8 +20,9 @@ class ReplayError(CutoverError):
 
 @dataclass
 class ReplayRow:
-    output: str  # what produced it
+    kernel: str  # "stock" or "custom"
     source: str  # "recorded live" or "rerun"
+    implementation: str  # what computed it
     rel_l2: float  # vs float64 reference
     max_abs: float
     nonfinite: int
@@ -60,11 +61,11 @@ def _kernels(device: str):
         from cutover.plugin.hooks import resolve_stock_kernel
 
         stock, module = resolve_stock_kernel()
-        return f"SGLang Triton ({module})", stock, "custom CUDA kernel", kernel_ext.verify_attention
+        return f"{module}.extend_attention_fwd", stock, "kernel_ext.verify_attention (CUDA)", kernel_ext.verify_attention
     from kernel_ext.reference import reference_extend_attention_fwd, splitk_extend_attention_fwd
 
-    return ("stock: torch reference of SGLang's kernel (no GPU)", reference_extend_attention_fwd,
-            "custom: split-K torch reference (no GPU)", splitk_extend_attention_fwd)
+    return ("torch reference of SGLang's kernel (no GPU)", reference_extend_attention_fwd,
+            "split-K torch reference (no GPU)", splitk_extend_attention_fwd)
 
 
 def replay_capture(path: str, device: str = "cpu") -> ReplayResult:
@@ -84,18 +85,18 @@ def replay_capture(path: str, device: str = "cpu") -> ReplayResult:
     rows_used = int(capture["args"]["qo_indptr"][-1])
     truth = truth[:rows_used]
     rows = []
-    live = capture.get("kernel") or "?"
-    for name, key in ((f"stock (live: SGLang kernel, custom path {live})", "o_stock"),
-                      (f"custom (live: {live})", "o_custom")):
-        rows.append(ReplayRow(name, "recorded live", *_errors(capture[key][:rows_used], truth)))
+    for kernel, key, implementation in (("stock", "o_stock", capture.get("stock_kernel", "?")),
+                                        ("custom", "o_custom", capture.get("kernel", "?"))):
+        rows.append(ReplayRow(kernel, "recorded live", implementation, *_errors(capture[key][:rows_used], truth)))
     stock_name, stock_fn, custom_name, custom_fn = _kernels(device)
-    for name, fn in ((stock_name, stock_fn), (custom_name, custom_fn)):
+    for kernel, implementation, fn in (("stock", stock_name, stock_fn), ("custom", custom_name, custom_fn)):
         out = torch.full_like(capture["o_stock"], float("nan")).to(device)
         served = fn(*capture_args(capture, out, device), **capture["kwargs"])
         if served is False:
-            rows.append(ReplayRow(f"{name}: does not serve this call", "rerun", float("nan"), float("nan"), 0))
+            rows.append(ReplayRow(kernel, "rerun", f"{implementation}: does not serve this call", float("nan"),
+                                  float("nan"), 0))
             continue
-        rows.append(ReplayRow(name, "rerun", *_errors(out[:rows_used].cpu(), truth)))
+        rows.append(ReplayRow(kernel, "rerun", implementation, *_errors(out[:rows_used].cpu(), truth)))
     return ReplayResult(
         capture=path, rank=capture.get("rank"), layer=capture.get("layer"), kernel_live=capture.get("kernel"),
         release_id=capture.get("release_id"), device=device, rows=rows,

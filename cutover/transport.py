@@ -366,7 +366,7 @@ def connect(host: Host) -> paramiko.SSHClient:
         raise HostError(f"host {host.name} ({where}) is unreachable: {exc}") from exc
     except (OSError, socket.timeout) as exc:
         client.close()
-        reason = os.strerror(exc.errno) if getattr(exc, "errno", None) in errno.errorcode else str(exc) or "timed out"
+        reason = _connect_failure(exc)
         raise HostError(
             f"host {host.name} ({where}) is unreachable: {reason}",
             hint="check ansible_host/ansible_port in the inventory and that sshd runs there",
@@ -377,6 +377,14 @@ def connect(host: Host) -> paramiko.SSHClient:
 def open_transport(host: Host) -> Transport:
     """The transport for a host: local file access or SSH, as its inventory entry says."""
     return LocalTransport(host.name) if host.is_local else SSHTransport(host)
+
+
+def _connect_failure(exc: OSError) -> str:
+    """A short reason for a failed TCP connect (paramiko wraps per-address errors)."""
+    inner = list(getattr(exc, "errors", {}).values()) or [exc]
+    reasons = {os.strerror(e.errno) if getattr(e, "errno", None) in errno.errorcode else (str(e) or "timed out")
+               for e in inner}
+    return "; ".join(sorted(reasons))
 
 
 def _whole_lines(data: bytes, truncated: bool) -> str:

@@ -14,19 +14,22 @@ from cutover.cli import common
 def build(
     ctx: typer.Context,
     arch: Annotated[Optional[list[str]], typer.Option(
-        "--arch", help="Target arch, repeatable (e.g. --arch sm_120) [default: sm_90a and sm_120].")] = None,
+        "--arch", help="Target arch, repeatable (e.g. --arch sm_120) (default: sm_90a and sm_120).")] = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", envvar=release.RELEASES_DIR_ENV, show_default=False,
-        help="Releases directory [default: the config's releases_dir, else dist/releases].")] = None,
+        help="Releases directory (default: the config's releases_dir, else dist/releases).")] = None,
     nvcc: Annotated[Optional[str], typer.Option("--nvcc", envvar="CUTOVER_NVCC",
-                                                help="nvcc to use [default: nvcc on PATH].")] = None,
+                                                help="nvcc to use (default: nvcc on PATH).")] = None,
     config_file: common.ConfigOpt = None,
     json_out: common.JsonOpt = False,
     verbose: common.VerboseOpt = False,
 ) -> None:
-    """Compile kernel_ext for the target archs into <out>/<release_id>/ with a manifest (sha256 of every
-    file, archs, nvcc version, minimum driver, ABI version, source-tree hash). Same sources, archs and nvcc
-    give the same release id; building it again changes nothing."""
+    """Compile the kernel into a release directory with its manifest.
+
+    The release lands in <out>/<release_id>/ with manifest.json (sha256 of every file, archs, nvcc version,
+    minimum driver, ABI version, source-tree hash). Same sources, archs and nvcc give the same release id:
+    building it again changes nothing. A failed build leaves nothing behind.
+    """
     options = common.merged(ctx, config_file=config_file, json_out=json_out, verbose=verbose)
     settings = common.config.load_settings(options.config)
     out_dir = out or release.releases_dir(settings.releases_dir)

@@ -20,12 +20,12 @@ from cutover.config import Host, Inventory, Settings
 
 InventoryOpt = Annotated[Optional[str], typer.Option(
     "--inventory", "-i", envvar="CUTOVER_INVENTORY", show_default=False,
-    help="Ansible YAML inventory of the target hosts [default: inventories/local.yml, the sandbox here].")]
+    help="Ansible YAML inventory of the target hosts (default: inventories/local.yml, the sandbox here).")]
 LimitOpt = Annotated[Optional[str], typer.Option(
     "--limit", envvar="CUTOVER_LIMIT", help="Only these hosts or groups (comma-separated).")]
 ConfigOpt = Annotated[Optional[str], typer.Option(
     "--config", envvar="CUTOVER_CONFIG", show_default=False,
-    help="Operator config file [default: ~/.config/cutover/config.yml if it exists].")]
+    help="Operator config file (default: ~/.config/cutover/config.yml if it exists).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for machines instead of tables.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show Ansible's output and more detail.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", envvar="CUTOVER_YES",

@@ -25,11 +25,12 @@ def replay(
     if common.merged(ctx, json_out=json_out).json:
         common.print_json(result.to_dict())
         return
-    table = Table("output", "source", "rel L2 vs float64", "max abs vs float64", "non-finite",
+    table = Table("kernel", "source", "implementation", "rel L2 vs float64", "max abs vs float64", "non-finite",
                   title=f"replay of rank {result.rank} layer {result.layer} (release {result.release_id}, "
                         f"live custom path: {result.kernel_live})")
     for row in result.rows:
-        table.add_row(row.output, row.source, f"{row.rel_l2:.3e}", f"{row.max_abs:.3e}", str(row.nonfinite))
+        table.add_row(row.kernel, row.source, row.implementation, f"{row.rel_l2:.3e}", f"{row.max_abs:.3e}",
+                      str(row.nonfinite))
     common.console.print(table)
     common.console.print(f"custom vs stock as recorded live: relative L2 {result.custom_vs_stock_live:.3e}")
 

@@ -25,10 +25,12 @@ def rollback(
     verbose: common.VerboseOpt = False,
     yes: common.YesOpt = False,
 ) -> None:
-    """Flip every rank of every host back to SGLang's Triton kernel now and wait for each rank's
-    acknowledgement. Direct over SSH (or local files), through Ansible if that fails; needs no local state.
-    A host already on Triton is a success. Never blocked by another operator's lock (the override is
-    journaled); --to previous and --uninstall respect it."""
+    """Flip every rank back to SGLang's Triton kernel now, with acknowledgement.
+
+    Direct over SSH (or local files), through Ansible if that fails; needs no local state. A host already on
+    Triton is a success. Never blocked by another operator's lock (the override is journaled);
+    --to previous and --uninstall respect it and need a restart to take effect (--yes or a prompt).
+    """
     if to not in (None, "previous"):
         raise typer.BadParameter("the only supported target is `previous`", param_hint="--to")
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)

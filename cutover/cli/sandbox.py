@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -31,7 +32,8 @@ def _sandbox_hosts(c: common.Context):
 def _config(host, device: str) -> ServerConfig:
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("must be cpu or cuda", param_hint="--device")
-    return ServerConfig(state_dir=host.paths.state_dir, cutover_root=host.paths.cutover_root,
+    return ServerConfig(state_dir=os.path.abspath(host.paths.state_dir),
+                        cutover_root=os.path.abspath(host.paths.cutover_root),
                         port=int(host.vars["serving_port"]), ranks=host.tp_size, device=device,
                         host=host.serving_address)
 
@@ -61,7 +63,7 @@ def down(
 ) -> None:
     """Stop the sandbox on every local sandbox host (a stopped one is left alone)."""
     c = common.context(ctx, inventory, limit, json_out=json_out)
-    _print(c, {h.name: daemon.down(h.paths.state_dir) for h in _sandbox_hosts(c)})
+    _print(c, {h.name: daemon.down(os.path.abspath(h.paths.state_dir)) for h in _sandbox_hosts(c)})
 
 
 @sandbox_app.command()
@@ -73,7 +75,7 @@ def status(
 ) -> None:
     """Show whether each local sandbox runs, its health, and every rank's mode and kernel."""
     c = common.context(ctx, inventory, limit, json_out=json_out)
-    states = {h.name: daemon.status(h.paths.state_dir) for h in _sandbox_hosts(c)}
+    states = {h.name: daemon.status(os.path.abspath(h.paths.state_dir)) for h in _sandbox_hosts(c)}
     if c.options.json:
         common.print_json(states)
         return

@@ -16,10 +16,10 @@ from cutover.errors import HostError
 def stage(
     ctx: typer.Context,
     release_ref: Annotated[Optional[str], typer.Option(
-        "--release", help="Release directory or id [default: the last `cutover build`].")] = None,
+        "--release", help="Release directory or id (default: the last `cutover build`).")] = None,
     releases: Annotated[Optional[Path], typer.Option(
         "--releases-dir", envvar=release.RELEASES_DIR_ENV, show_default=False,
-        help="Where release ids are looked up [default: the config's releases_dir, else dist/releases].")] = None,
+        help="Where release ids are looked up (default: the config's releases_dir, else dist/releases).")] = None,
     check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report what would change, change nothing.")] = False,
     inventory: common.InventoryOpt = None,
     limit: common.LimitOpt = None,
@@ -28,10 +28,13 @@ def stage(
     verbose: common.VerboseOpt = False,
     yes: common.YesOpt = False,
 ) -> None:
-    """Stage a kernel release on the hosts: lock, preflight (GPU arch, driver, serving env, disk), copy and
-    verify sha256 on the host, switch current/previous, install the plugin, control.json in mode triton,
-    and restart serving only where it does not run this release yet and you agree (--yes or a prompt).
-    Canary first. Staging the same release again changes nothing."""
+    """Push a built release to the hosts (canary first), in mode triton.
+
+    Per host: lock, preflight (GPU arch, driver, serving env, disk), copy and verify sha256 on the host,
+    switch current/previous atomically, install the plugin, control.json in mode triton, and restart
+    serving only where it does not run this release yet and you agree (--yes or a prompt).
+    Staging the same release again changes nothing. --check reports without changing anything.
+    """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
     rel = release.find_release(release_ref, releases or release.releases_dir(c.settings.releases_dir))
     c.say(f"staging release {rel.release_id} on {', '.join(h.name for h in c.hosts)}"

@@ -90,9 +90,12 @@ def status(
     json_out: common.JsonOpt = False,
     verbose: common.VerboseOpt = False,
 ) -> None:
-    """Show each host's phase, requested mode, the mode active on every rank (from heartbeats) with
-    heartbeat age, release, lease remaining, lock, last journal entry, latest verdict and recent divergence.
-    Read-only. Exits 4 if a host cannot be reached (the others are still shown)."""
+    """Show what every host and every rank is doing now.
+
+    Per host: phase, requested mode, release, lease remaining, lock, last journal entry, latest verdict.
+    Per rank (from heartbeats): active mode, generation seen, release, heartbeat age, recent divergence.
+    Read-only. Exits 4 if a host cannot be reached (the others are still shown).
+    """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
     statuses = [hoststatus.host_status(host, c.settings) for host in c.hosts]
     if c.options.json:

@@ -62,7 +62,7 @@ class Audit:
         self._thread = threading.Thread(target=self._work, name="cutover-audit", daemon=True)
         self._thread.start()
 
-    def offer(self, layer, args, kwargs, o_stock, o_custom, sample) -> None:
+    def offer(self, layer, args, kwargs, o_stock, o_custom, sample, stock_name: str = "?") -> None:
         """Called after an eager shadow-capable call; snapshots at most one sampled call per interval."""
         now = time.monotonic()
         if now < self._next_at or not int(sample[0]):
@@ -73,7 +73,7 @@ class Audit:
             return
         capture = snapshot_call(args, kwargs, o_stock, o_custom)
         capture.update(layer=layer, rank=self.rank, ts=time.time(), kernel=self.kernel_label,
-                       release_id=self.release_id)
+                       stock_kernel=stock_name, release_id=self.release_id)
         try:
             self._queue.put_nowait(capture)
         except queue.Full:

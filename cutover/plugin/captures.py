@@ -3,7 +3,8 @@
 A snapshot holds the SGLang arguments of one call with the KV pool reduced to the rows the call reads
 (``kv_indices`` remapped to 0..sum(P)-1), both outputs, and enough metadata to rerun it anywhere:
 
-    {"format": "cutover-capture/1", "rank", "layer", "ts", "kernel", "rel_l2", "release_id",
+    {"format": "cutover-capture/1", "rank", "layer", "ts", "kernel" (custom path label), "stock_kernel"
+     (the stock callable's qualified name), "rel_l2" (custom vs stock), "truth", "release_id",
      "args": {q_extend, k_extend, v_extend, k_buffer, v_buffer_is_k_view, v_buffer (when not a view),
               qo_indptr, kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend,
               k_scale, v_scale, sm_scale},

@@ -50,6 +50,7 @@ class ControlState:
         self.refuse_up_to = refuse_up_to_generation
         self.unclean_reason = unclean_reason
         self.unavailable = ""  # set when this process cannot run the custom path at all
+        self._ignored_generation: int | None = None
 
     def observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:
         """Fold one read of control.json (``record``, or None with ``problem``) into a decision."""
@@ -66,7 +67,8 @@ class ControlState:
             self.applied = record
             self.forced_triton_generation = None
             self.forced_reason = ""
-        elif record.generation < self.generation_seen:
+        elif record.generation < self.generation_seen and record.generation != self._ignored_generation:
+            self._ignored_generation = record.generation  # log once, not at every poll
             log.warning("cutover: control.json generation %s is older than %s; ignored",
                         record.generation, self.generation_seen)
         if record.generation == self.generation_seen:

@@ -80,6 +80,7 @@ class VerifyDispatcher:
     def __init__(self, stock, runtime):
         self.stock = stock
         self.runtime = runtime
+        self.stock_name = f"{getattr(stock, '__module__', '?')}.{getattr(stock, '__qualname__', type(stock).__name__)}"
         self.__wrapped__ = stock
 
     def __call__(self, *args, **kwargs):
@@ -114,5 +115,5 @@ class VerifyDispatcher:
         if shadowed:
             kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges)
             if not _is_capturing(o):
-                runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample)
+                runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
         return result

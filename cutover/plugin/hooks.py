@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import logging
 import os
 import threading
 
 from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT, DEFAULT_STATE_DIR, STATE_DIR_ENV, HostPaths
-from cutover.plugin.dispatch import VerifyDispatcher, verify_site
 
 log = logging.getLogger("cutover.plugin")
 
@@ -49,6 +49,10 @@ def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEN
 
     if registry is None:
         from sglang.srt.plugins.hook_registry import HookRegistry as registry
+    if backend_path == f"{BACKEND_MODULE}.{BACKEND_CLASS}":
+        problems = installed_hook_target_problems()
+        if problems:
+            raise RuntimeError(f"{BACKEND_MODULE} does not match what the plugin hooks: {'; '.join(problems)}")
     registry.register(f"{backend_path}.__init__", around_backend_init, HookType.AROUND)
     registry.register(f"{backend_path}.forward_extend", around_forward_extend, HookType.AROUND)
 
@@ -66,6 +70,8 @@ def around_backend_init(original, backend, *args, **kwargs):
 
 def around_forward_extend(original, backend, *args, **kwargs):
     """AROUND TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, ...): mark verify calls."""
+    from cutover.plugin.dispatch import verify_site
+
     layer_id = None
     try:
         layer = kwargs["layer"] if "layer" in kwargs else args[3]
@@ -84,6 +90,8 @@ def install_on_backend(backend, runtime) -> bool:
     attribute (then it is left untouched and the reason logged)."""
     import torch
 
+    from cutover.plugin.dispatch import VerifyDispatcher
+
     stock = getattr(backend, "extend_attention_fwd", None)
     if stock is None:
         log.warning("cutover: %s has no extend_attention_fwd; left on Triton", type(backend).__name__)
@@ -99,10 +107,10 @@ def install_on_backend(backend, runtime) -> bool:
 
 
 def _rank_of(model_runner) -> int:
-    for name in ("tp_rank", "gpu_id"):
-        value = getattr(model_runner, name, None)
-        if isinstance(value, int):
-            return value
+    """The tensor-parallel rank (one TP group per host: heartbeats are runtime/rank-<tp_rank>.json)."""
+    value = getattr(model_runner, "tp_rank", None)
+    if isinstance(value, int):
+        return value
     if os.environ.get(RANK_ENV, "").isdigit():
         return int(os.environ[RANK_ENV])
     import torch.distributed as dist
@@ -147,6 +155,19 @@ def resolve_stock_kernel():
         except (ImportError, AttributeError) as exc:
             problems.append(f"{name}: {exc}")
     raise ImportError("SGLang's extend_attention_fwd not found in any known layout: " + "; ".join(problems))
+
+
+def installed_hook_target_problems() -> list[str]:
+    """hook_target_problems of the installed SGLang's triton_backend.py, read without importing it."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return ["sglang is not installed"]
+    path = os.path.join(spec.submodule_search_locations[0], *BACKEND_MODULE.split(".")[1:]) + ".py"
+    try:
+        with open(path) as handle:
+            return hook_target_problems(handle.read())
+    except OSError as exc:
+        return [f"{BACKEND_MODULE} not readable: {exc}"]
 
 
 def hook_target_problems(backend_source: str) -> list[str]:

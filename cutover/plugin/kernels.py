@@ -22,8 +22,8 @@ from cutover.plugin.devicestate import torch_gate, torch_shadow_epilogue
 
 CUDA_LABEL = "cuda"
 REFERENCE_LABEL = "reference (no GPU)"
-O_INDEX, QO_INDPTR_INDEX = 3, 6
-KERNEL_LIBRARY = "libcutover_verify.so"  # file name inside a release directory (kernel_ext._lib)  # positions of o_extend and qo_indptr in extend_attention_fwd's arguments
+O_INDEX, QO_INDPTR_INDEX = 3, 6  # positions of o_extend and qo_indptr in extend_attention_fwd's arguments
+KERNEL_LIBRARY = "libcutover_verify.so"  # file name inside a release directory (kernel_ext._lib)
 
 
 class KernelUnavailable(Exception):

@@ -128,7 +128,7 @@ class PluginRuntime:
         if self.state is None:
             return
         self.stats.drain(self.state.read_counters(), mode=self.control.mode_active,
-                         generation=max(self.control.state.generation_seen, 0), release_id=self.release_id,
+                         generation=max(self.control.applied_generation, 0), release_id=self.release_id,
                          kernel=self.kernel_label, truth=self.audit.take_truth(), write=write)
 
     def heartbeat(self, state: ControlState, decision: Decision, stopped: bool = False) -> Heartbeat:

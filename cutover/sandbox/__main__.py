@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from cutover.errors import CutoverError
@@ -49,7 +50,8 @@ def _config(args):
 
     if args.ranks < 1 or args.layers < 1:
         raise CutoverError(f"--ranks and --layers must be >= 1 (got {args.ranks}, {args.layers})")
-    return ServerConfig(state_dir=args.state_dir, cutover_root=args.cutover_root, port=args.port, ranks=args.ranks,
+    return ServerConfig(state_dir=os.path.abspath(args.state_dir), cutover_root=os.path.abspath(args.cutover_root),
+                        port=args.port, ranks=args.ranks,
                         device=args.device, host=args.host, layers=args.layers, step_interval_s=args.step_interval)
 
 
@@ -73,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "restart":
             print(daemon.restart(_config(args), args.timeout))
         elif args.command == "down":
-            print(daemon.down(args.state_dir))
+            print(daemon.down(os.path.abspath(args.state_dir)))
         else:
-            print(json.dumps(daemon.status(args.state_dir), indent=2, sort_keys=True))
+            print(json.dumps(daemon.status(os.path.abspath(args.state_dir)), indent=2, sort_keys=True))
         return 0
     except CutoverError as exc:
         print(f"error: {exc}", file=sys.stderr)

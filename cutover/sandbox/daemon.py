@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from cutover.errors import HostError
 from cutover.hostlayout import Heartbeat, atomic_write_text
@@ -60,17 +60,45 @@ def running_pid(state_dir: str) -> int | None:
     return pid if b"cutover.sandbox" in cmdline and b"serve" in cmdline else None
 
 
-def probe_health(host: str, port: int, timeout_s: float = 2.0) -> tuple[bool, str]:
+@dataclass
+class Probe:
+    """What answered /health on a port: nothing, something else, or a sandbox (healthy or not)."""
+
+    answered: bool
+    healthy: bool = False
+    reason: str = ""
+    state_dir: str | None = None  # set when the answer came from a cutover sandbox
+
+
+def probe_health(host: str, port: int, timeout_s: float = 2.0) -> Probe:
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=timeout_s) as reply:
-            return reply.status == 200, json.loads(reply.read()).get("reason", "")
+            body, healthy = reply.read(), reply.status == 200
     except urllib.error.HTTPError as exc:
-        try:
-            return False, json.loads(exc.read()).get("reason", str(exc))
-        except ValueError:
-            return False, str(exc)
+        body, healthy = exc.read(), False
     except (OSError, ValueError) as exc:
-        return False, f"no answer on {host}:{port}: {exc}"
+        return Probe(False, reason=f"no answer on {host}:{port}: {exc}")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not data.get("sandbox"):
+        return Probe(True, reason=f"{host}:{port} answers, but not as a cutover sandbox")
+    return Probe(True, healthy, data.get("reason", ""), data.get("state_dir"))
+
+
+def _refuse_taken_port(config: ServerConfig) -> None:
+    """HostError when another program (or another state dir's sandbox) already serves the port."""
+    probe = probe_health(config.host, config.port)
+    if not probe.answered:
+        return
+    if probe.state_dir is None:
+        raise HostError(f"port {config.port} on {config.host} is in use by another program ({probe.reason})",
+                        hint="stop that program or pick another serving_port")
+    if probe.state_dir != config.state_dir:
+        raise HostError(f"port {config.port} is used by the sandbox of state dir {probe.state_dir}",
+                        hint=f"run `python -m cutover.sandbox down --state-dir {probe.state_dir}` "
+                             "or pick another serving_port")
 
 
 def _log_tail(state_dir: str, lines: int = 15) -> str:
@@ -93,7 +121,11 @@ def status(state_dir: str) -> dict:
               "ranks": {}, "sandbox": True}
     if pid is None or not config:
         return result
-    result["healthy"], result["health"] = probe_health(config.get("host", "127.0.0.1"), config["port"])
+    probe = probe_health(config.get("host", "127.0.0.1"), config["port"])
+    mine = probe.state_dir == state_dir
+    result["healthy"] = probe.healthy and mine
+    result["health"] = ("ok" if probe.healthy else probe.reason) if mine or not probe.answered else (
+        f"port {config['port']} answered by another sandbox ({probe.state_dir})")
     for rank in range(int(config.get("ranks", 0))):
         try:
             with open(os.path.join(state_dir, "runtime", f"rank-{rank}.json")) as handle:
@@ -115,6 +147,7 @@ def up(config: ServerConfig, timeout_s: float = START_TIMEOUT_S) -> str:
         if same and state["healthy"]:
             return f"sandbox already running (pid {state['pid']}, port {config.port}); nothing changed"
         down(config.state_dir)
+    _refuse_taken_port(config)
     os.makedirs(_dir(config.state_dir), exist_ok=True)
     command = [sys.executable, "-m", "cutover.sandbox", "serve", "--state-dir", config.state_dir,
                "--cutover-root", config.cutover_root, "--port", str(config.port), "--ranks", str(config.ranks),
@@ -133,8 +166,9 @@ def up(config: ServerConfig, timeout_s: float = START_TIMEOUT_S) -> str:
             raise HostError(f"sandbox server exited with status {proc.returncode} while starting; log tail:\n"
                             f"{_log_tail(config.state_dir)}",
                             hint=f"read {_logfile(config.state_dir)}; is port {config.port} free?")
-        ok, why = probe_health(config.host, config.port)
-        if ok:
+        probe = probe_health(config.host, config.port)
+        why = probe.reason
+        if probe.healthy and probe.state_dir == config.state_dir:
             return f"sandbox up (pid {proc.pid}, port {config.port}, {config.ranks} ranks, {config.kernel_label})"
         time.sleep(0.2)
     down(config.state_dir)

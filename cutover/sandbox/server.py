@@ -198,6 +198,7 @@ class SandboxServer:
         beats = self.supervisor.heartbeats()
         return {
             "sandbox": True, "note": SANDBOX_NOTE, "version": "cutover-sandbox", "tp_size": self.config.ranks,
+            "state_dir": self.config.state_dir,
             "device": self.config.device, "kernel": self.config.kernel_label, "layers": self.config.layers,
             "attention_backend": "triton (stand-in)", "speculative_algorithm": "synthetic DDTree verify",
             "ranks": {str(r): (beat.mode_active if beat else None) for r, beat in beats.items()},
@@ -222,7 +223,8 @@ class SandboxServer:
                 if self.path == "/health":
                     ok, why = server.supervisor.health()
                     self._send(200 if ok else 503, json.dumps({"status": "ok" if ok else "unavailable",
-                                                               "reason": why, "sandbox": True}))
+                                                               "reason": why, "sandbox": True, "pid": os.getpid(),
+                                                               "state_dir": server.config.state_dir}))
                 elif self.path == "/get_server_info":
                     self._send(200, json.dumps(server.server_info()))
                 elif self.path == "/metrics":

@@ -24,7 +24,7 @@ constexpr int kVChunks = kDimV * 2 / 16;     // 16-byte chunks per V row
 constexpr int kSplitAlign = 64;              // split boundaries fall on multiples of this many keys
 constexpr int kMinSplitKeys = 128;           // no split smaller than this (partials would cost more than keys)
 constexpr int kPlanThreads = 1024;
-constexpr int kCombineThreads = 512;
+constexpr int kCombineThreads = 256;
 constexpr int kSglangBlockM = 32;            // BLOCK_M of SGLang's kernel for 576/512 on sm_90 and sm_120
 
 struct KernelArgs {
@@ -128,22 +128,61 @@ __device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2*
   return make_int2(base.x + inc.x - v.x, base.y + inc.y - v.y);
 }
 
+// Block-wide sum (max when `take_max`) of one value per thread; every thread gets the result.
+__device__ __forceinline__ long long block_reduce(long long v, bool take_max, long long* scratch /*[32]*/) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const long long o = __shfl_xor_sync(0xffffffffu, v, d);
+    v = take_max ? (o > v ? o : v) : v + o;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) v = take_max ? (scratch[w] > v ? scratch[w] : v) : v + scratch[w];
+  return v;
+}
+
+__device__ __forceinline__ long long prefix_len(const KernelArgs& a, int b) {
+  const long long p = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
+  return p < 0 ? 0 : p;
+}
+
+__device__ __forceinline__ long long round_up(long long x, long long m) { return (x + m - 1) / m * m; }
+
+// Splits of request b for a given chunk: ceil(P_b / chunk), at least one (the draft tail needs a CTA).
+__device__ __forceinline__ long long splits_of(long long P, long long chunk) {
+  const long long n = (P + chunk - 1) / chunk;
+  return n < 1 ? 1 : n;
+}
+
 __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelArgs a) {
   if (gate_closed(a.enable)) return;
   __shared__ long long s_sum[32];
   __shared__ int2 s_scan[33];
   const int tid = threadIdx.x;
   long long total = 0;
-  for (int b = tid; b < a.B; b += blockDim.x)
-    total += load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
-  if ((tid & 31) == 0) s_sum[tid >> 5] = total;
-  __syncthreads();
-  total = 0;
-  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += s_sum[w];
-  long long chunk = (total + a.G_target - 1) / a.G_target;
-  chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  for (int b = tid; b < a.B; b += blockDim.x) total += prefix_len(a, b);
+  total = block_reduce(total, false, s_sum);
+  // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
+  // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
+  long long chunk = round_up((total + a.G_target - 1) / a.G_target, kSplitAlign);
+  if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+  for (int it = 0; it < 64; ++it) {
+    long long cnt = 0;
+    for (int b = tid; b < a.B; b += blockDim.x) cnt += splits_of(prefix_len(a, b), chunk);
+    cnt = block_reduce(cnt, false, s_sum);
+    if (cnt <= a.G_target || cnt == a.B || chunk >= 0x40000000LL) break;
+    long long next = round_up(chunk * cnt / a.G_target, kSplitAlign);
+    chunk = next > chunk ? next : chunk + kSplitAlign;
+  }
+  long long share = kSplitAlign;
+  for (int b = tid; b < a.B; b += blockDim.x) {
+    const long long P = prefix_len(a, b), n = splits_of(P, chunk), c = round_up((P + n - 1) / n, kSplitAlign);
+    share = c > share ? c : share;
+  }
+  share = block_reduce(share, true, s_sum);
+  chunk = share < chunk ? share : chunk;
   if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
   if (chunk > 0x40000000LL) chunk = 0x40000000LL;
 
@@ -153,10 +192,8 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
     long long P = 0;
     int n = 0;
     if (b < a.B) {
-      P = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
-      if (P < 0) P = 0;
-      n = (int)((P + chunk - 1) / chunk);
-      if (n < 1) n = 1;
+      P = prefix_len(a, b);
+      n = (int)splits_of(P, chunk);
     }
     int2 tot;
     const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, s_scan);
@@ -182,7 +219,24 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
 // fetched from HBM once and re-read from L2 by the other row tiles.
 // ---------------------------------------------------------------------------------------------------------
 template <class C, typename IdxT>
+__device__ __forceinline__ void verify_main_body(const KernelArgs& a);
+
+// sm_120-class parts have ~99 KB of shared memory per block: the host never launches the large tiles there,
+// so their body is not compiled for them (it would not fit the register budget either).
+constexpr int kSm120SmemPerBlock = 101376;
+
+template <class C, typename IdxT>
 __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const KernelArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  if constexpr (C::SMEM_BYTES > kSm120SmemPerBlock) return;
+  else verify_main_body<C, IdxT>(a);
+#else
+  verify_main_body<C, IdxT>(a);
+#endif
+}
+
+template <class C, typename IdxT>
+__device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   if (gate_closed(a.enable)) return;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
@@ -524,16 +578,20 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 
 // ---------------------------------------------------------------------------------------------------------
 // Combine: for every row of every request served by more than one split, merge the partials by their
-// log-sum-exp. Persistent grid over (request, row); 4 groups of 128 threads share the splits, float4 each.
+// log-sum-exp. Persistent grid over (request, row, quarter of the 512 value dims); 8 warps share the splits
+// (warp w takes splits w, w+8, ...), one float4 per lane.
 // ---------------------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
   if (gate_closed(a.enable)) return;
-  __shared__ float4 s_acc[4][128];
-  __shared__ float s_m[4], s_w[4];
-  const int tid = threadIdx.x, grp = tid >> 7, d4 = tid & 127;
-  const long long items = (long long)a.B * a.rcap;
+  constexpr int kGroups = kCombineThreads / 32;
+  __shared__ float4 s_acc[kGroups][32];
+  __shared__ float s_m[kGroups], s_w[kGroups];
+  const int tid = threadIdx.x, grp = tid >> 5, lane = tid & 31;
+  const long long items = (long long)a.B * a.rcap * 4;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-    const int b = (int)(item / a.rcap), r = (int)(item - (long long)b * a.rcap);
+    const int quarter = (int)(item & 3);
+    const long long br = item >> 2;
+    const int b = (int)(br / a.rcap), r = (int)(br - (long long)b * a.rcap);
     const int2 rq = a.req[b];
     const int n = rq.x;
     if (n <= 1) continue;
@@ -541,39 +599,41 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
     ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
     if (r >= ext * a.H) continue;
+    const int d4 = quarter * 32 + lane;  // float4 index within the row
     float m = -CUDART_INF_F;
-    for (int i = grp; i < n; i += 4) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    for (int i = grp; i < n; i += kGroups) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    const float m_use = m == -CUDART_INF_F ? 0.f : m;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
-    const float m_use = m == -CUDART_INF_F ? 0.f : m;
 #pragma unroll 4
-    for (int i = grp; i < n; i += 4) {
+    for (int i = grp; i < n; i += kGroups) {
       const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
       const float w = exp2f(a.part_lse[row] - m_use);
       const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[d4];
       wsum += w;
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
-    s_acc[grp][d4] = acc;
-    if (d4 == 0) { s_m[grp] = m; s_w[grp] = wsum; }
+    s_acc[grp][lane] = acc;
+    if (lane == 0) { s_m[grp] = m; s_w[grp] = wsum; }
     __syncthreads();
     if (grp == 0) {
-      float mm = fmaxf(fmaxf(s_m[0], s_m[1]), fmaxf(s_m[2], s_m[3]));
+      float mm = -CUDART_INF_F;
+#pragma unroll
+      for (int k = 0; k < kGroups; ++k) mm = fmaxf(mm, s_m[k]);
       const float mm_use = mm == -CUDART_INF_F ? 0.f : mm;
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
       float wt = 0.f;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float f = exp2f((s_m[k] == -CUDART_INF_F ? mm_use : s_m[k]) - mm_use) * (s_m[k] == -CUDART_INF_F ? 0.f : 1.f);
-        const float4 v = s_acc[k][d4];
+      for (int k = 0; k < kGroups; ++k) {
+        const float f = s_m[k] == -CUDART_INF_F ? 0.f : exp2f(s_m[k] - mm_use);
+        const float4 v = s_acc[k][lane];
         o.x += f * v.x; o.y += f * v.y; o.z += f * v.z; o.w += f * v.w;
         wt += f * s_w[k];
       }
       const float inv = wt > 0.f ? 1.f / wt : 0.f;
       const int t = r / a.H, h = r - t * a.H;
       __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + d4 * 4;
-      uint2 packed = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
-      *reinterpret_cast<uint2*>(dst) = packed;
+      *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
     }
     __syncthreads();
   }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def installed_backend_source() -> str:
     return (Path(spec.origin).parent / "srt" / "layers" / "attention" / "triton_backend.py").read_text()
 
 
+def test_load_plugin_refuses_with_one_line_when_the_hook_targets_changed(clean_registry, monkeypatch, caplog):
+    from cutover.plugin import load_plugin
+
+    monkeypatch.setattr(hooks, "installed_hook_target_problems", lambda: ["forward_extend not found"])
+    load_plugin()
+    assert not clean_registry._hooks
+    lines = [r.getMessage() for r in caplog.records if r.name == "cutover.plugin"]
+    assert len(lines) == 1 and "forward_extend not found" in lines[0] and "stays on Triton" in lines[0]
+
+
 def test_entry_point_is_declared_for_sglang():
     found = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
     assert found.get("cutover") == "cutover.plugin:load_plugin"
@@ -54,6 +65,7 @@ def test_load_plugin_registers_around_hooks_on_triton_backend(clean_registry):
 
 def test_hook_targets_exist_in_the_installed_sglang():
     assert hooks.hook_target_problems(installed_backend_source()) == []
+    assert hooks.installed_hook_target_problems() == []
 
 
 def test_hook_target_check_fails_when_sglang_changes_the_call():
@@ -121,6 +133,9 @@ def test_hooks_applied_by_the_registry_wrap_the_backend_and_flag_verify_calls(cl
                                standin.StandInForwardBatch(batch))
         backend.extend_attention_fwd(*batch.args())  # outside forward_extend: not a verify call
         assert seen == [7, None]
+        deadline = time.time() + 2.0  # the runtime's control thread heartbeats within a poll
+        while not os.path.exists(paths.heartbeat(3)) and time.time() < deadline:
+            time.sleep(0.02)
         assert os.path.exists(paths.heartbeat(3))
     finally:
         standin.StandInBackend.__init__, standin.StandInBackend.forward_extend = original_init, original_forward

@@ -117,6 +117,15 @@ def test_endpoints_are_sglang_shaped_and_labelled(sandbox):
     assert "already running" in again.stdout
 
 
+def test_a_second_sandbox_on_the_same_port_is_refused_clearly(sandbox, tmp_path):
+    other = ["--state-dir", str(tmp_path / "other"), "--cutover-root", str(tmp_path / "root"),
+             "--port", str(sandbox.port), "--ranks", "1"]
+    result = sandbox_cli("up", *other, check=False)
+    assert result.returncode != 0
+    assert f"port {sandbox.port} is used by the sandbox of state dir {sandbox.paths.state_dir}" in result.stderr
+    assert "cutover.sandbox down --state-dir" in result.stderr and sandbox.get("/health")[0] == 200
+
+
 def test_mode_switch_is_acknowledged_by_every_rank_within_one_second(sandbox):
     start = time.time()
     sandbox.control("shadow", 2)

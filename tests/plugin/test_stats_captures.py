@@ -67,9 +67,10 @@ def test_capture_file_format_and_replay(runtime, paths, write_control, capsys):
     assert names and names[0].startswith("rank-0-layer-2-")
     capture = load_capture(os.path.join(paths.captures, names[0]))
     assert capture["format"] == CAPTURE_FORMAT and capture["kernel"] == "reference (no GPU)"
+    assert capture["stock_kernel"] == "kernel_ext.reference.reference_extend_attention_fwd"
     assert capture["args"]["k_buffer"].shape[0] == int(capture["args"]["kv_indptr"][-1])  # only the rows read
     result = replay_capture(os.path.join(paths.captures, names[0]))
-    by_source = {(r.source, r.output.split(":")[0].split(" ")[0]): r for r in result.rows}
+    by_source = {(r.source, r.kernel): r for r in result.rows}
     assert set(by_source) == {("recorded live", "stock"), ("recorded live", "custom"), ("rerun", "stock"),
                               ("rerun", "custom")}
     for row in result.rows:
