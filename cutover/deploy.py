@@ -70,10 +70,12 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
                 continue
             states[host.name] = HostState(host, transport, settings)
         stack.callback(_release_locks, states, locks)
+        # The lock must outlive the longest restart wait of this rollout.
+        ttl = max([settings.lock_ttl_s] + [h.start_timeout_s + 600 for h in hosts])
         for name, state in states.items():
             state.check_phase("staged")
             if not check:
-                locks[name] = state.acquire_lock("stage", settings.lock_ttl_s)
+                locks[name] = state.acquire_lock("stage", ttl)
         reachable = [h for h in hosts if h.name in states]
         if not reachable:
             return report

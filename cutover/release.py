@@ -163,7 +163,7 @@ def releases_dir(configured: str | None = None) -> Path:
 
 def find_release(ref: str | None, out_dir: Path) -> Release:
     """A release by directory path or id (in out_dir); default the last one built (out_dir/LATEST).
-    Its files are verified against the manifest on every host it is staged to."""
+    Its files are checked against the manifest here (BuildError) and again on every host it lands on."""
     if ref is None:
         latest = out_dir / LATEST
         if not latest.exists():
@@ -176,7 +176,7 @@ def find_release(ref: str | None, out_dir: Path) -> Release:
     if not candidate.is_dir():
         raise ConfigError(f"release {ref!r} not found (neither a directory nor an id in {out_dir})",
                           hint="run `cutover build`, or pass an existing release directory")
-    return load_release(candidate)
+    return verify_local(candidate)
 
 
 def _write_latest(out_dir: Path, release_id: str) -> None:

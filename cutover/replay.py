@@ -61,7 +61,8 @@ def _kernels(device: str):
         from cutover.plugin.hooks import resolve_stock_kernel
 
         stock, module = resolve_stock_kernel()
-        return f"{module}.extend_attention_fwd", stock, "kernel_ext.verify_attention (CUDA)", kernel_ext.verify_attention
+        custom = kernel_ext.verify_attention
+        return f"{module}.extend_attention_fwd", stock, "kernel_ext.verify_attention (CUDA)", custom
     from kernel_ext.reference import reference_extend_attention_fwd, splitk_extend_attention_fwd
 
     return ("torch reference of SGLang's kernel (no GPU)", reference_extend_attention_fwd,

@@ -30,6 +30,8 @@ GRIDS = {
     "full": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1, 4, 16, 64), prefix=(1024, 4096, 16384, 65536),
                  mask=("tree", "chain")),
     "quick": dict(H=(8, 16), T=(8, 64), batch=(1, 16), prefix=(4096, 65536), mask=("tree",)),
+    # the shapes where the split combine weighs most (small prefix, many rows) and the widest combine
+    "combine": dict(H=(8, 16), T=(8, 64), batch=(1, 4, 16), prefix=(1024, 65536), mask=("tree",)),
 }
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched

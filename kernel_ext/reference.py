@@ -135,6 +135,48 @@ def _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer):
         )
 
 
+def _verify_attention(
+    q_extend,
+    k_extend,
+    v_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    sm_scale,
+    k_scale,
+    v_scale,
+    skip_prefix_custom_mask,
+    compute_dtype,
+    causal_block_m,
+    attend,
+) -> torch.Tensor:
+    """Per request: gather its rows, build its masked logits, and let ``attend`` turn them into outputs."""
+    _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer)
+    scale = default_sm_scale(q_extend, sm_scale)
+    k_scale, v_scale = _scale(k_scale), _scale(v_scale)
+    n, h, _ = q_extend.shape
+    out = torch.zeros(n, h, v_extend.shape[-1], dtype=compute_dtype, device=q_extend.device)
+    for req in _requests(qo_indptr, kv_indptr, mask_indptr, custom_mask is not None):
+        if req.num_draft == 0:
+            continue
+        k_pre, v_pre, k_tail, v_tail = _gather_request(
+            k_extend, v_extend, k_buffer, v_buffer, kv_indices, req, compute_dtype
+        )
+        q = q_extend[req.q_start : req.q_start + req.num_draft].to(compute_dtype)
+        prefix_visible, tail_visible = _visibility(
+            custom_mask, req, is_causal, skip_prefix_custom_mask, causal_block_m, q.device
+        )
+        s_pre, s_tail = _request_logits(q, k_pre, k_tail, scale, k_scale, prefix_visible, tail_visible)
+        o = attend(s_pre, s_tail, v_pre * v_scale, v_tail)  # [Hkv, G, T, Dv]
+        out[req.q_start : req.q_start + req.num_draft] = o.permute(2, 0, 1, 3).reshape(req.num_draft, h, -1)
+    return out
+
+
 def reference_verify_attention(
     q_extend,
     k_extend,
@@ -161,48 +203,49 @@ def reference_verify_attention(
     qo_indptr/kv_indptr [B+1] int; kv_indices [sum P] int32/int64 row ids; custom_mask flat bool/int8/uint8
     or None; mask_indptr [B+1] int (ignored without a mask). Semantics: module docstring.
     """
-    _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer)
-    scale = default_sm_scale(q_extend, sm_scale)
-    k_scale, v_scale = _scale(k_scale), _scale(v_scale)
-    n, h, _ = q_extend.shape
-    out = torch.zeros(n, h, v_extend.shape[-1], dtype=compute_dtype, device=q_extend.device)
-    for req in _requests(qo_indptr, kv_indptr, mask_indptr, custom_mask is not None):
-        if req.num_draft == 0:
-            continue
-        k_pre, v_pre, k_tail, v_tail = _gather_request(
-            k_extend, v_extend, k_buffer, v_buffer, kv_indices, req, compute_dtype
-        )
-        q = q_extend[req.q_start : req.q_start + req.num_draft].to(compute_dtype)
-        prefix_visible, tail_visible = _visibility(
-            custom_mask, req, is_causal, skip_prefix_custom_mask, causal_block_m, q.device
-        )
-        s_pre, s_tail = _request_logits(q, k_pre, k_tail, scale, k_scale, prefix_visible, tail_visible)
-        logits = torch.cat([s_pre, s_tail], -1)
-        p = torch.exp(logits - _finite_max(logits))
-        p_pre, p_tail = p[..., : req.prefix_len], p[..., req.prefix_len :]
-        acc = torch.einsum("kgts,skv->kgtv", p_pre, v_pre) * v_scale
-        acc = acc + torch.einsum("kgts,skv->kgtv", p_tail, v_tail)
-        o = _normalise(acc, p.sum(-1))
-        out[req.q_start : req.q_start + req.num_draft] = o.permute(2, 0, 1, 3).reshape(req.num_draft, h, -1)
-    return out
+    return _verify_attention(
+        q_extend,
+        k_extend,
+        v_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        is_causal,
+        mask_indptr,
+        sm_scale,
+        k_scale,
+        v_scale,
+        skip_prefix_custom_mask,
+        compute_dtype,
+        causal_block_m,
+        _exact_softmax,
+    )
+
+
+def _exact_softmax(s_pre, s_tail, v_pre, v_tail):
+    """softmax over prefix and tail logits together, times the values; [Hkv, G, T, Dv]."""
+    logits = torch.cat([s_pre, s_tail], -1)
+    p = torch.exp(logits - _finite_max(logits))
+    p_len = s_pre.shape[-1]
+    acc = torch.einsum("kgts,skv->kgtv", p[..., :p_len], v_pre) + torch.einsum(
+        "kgts,skv->kgtv", p[..., p_len:], v_tail
+    )
+    return _normalise(acc, p.sum(-1))
 
 
 def _finite_max(s):
     """Row max over the last dim, keepdim, with fully masked rows (-inf) mapped to 0."""
     m = s.amax(-1, keepdim=True)
-    return torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    return torch.where(m == -math.inf, torch.zeros_like(m), m)
 
 
 def _normalise(acc, denom):
     """acc / denom, with zeros where a query saw no key (denom 0), as SGLang stores them."""
     safe = torch.where(denom > 0, denom, torch.ones_like(denom))
     return torch.where(denom[..., None] > 0, acc / safe[..., None], torch.zeros_like(acc))
-
-
-def _partial(s, v_dtype):
-    """Online-softmax partial of one chunk: (max, exp-sum, weights rounded to v's dtype for P.V)."""
-    p = torch.exp(s - _finite_max(s))
-    return s.amax(-1), p.sum(-1), p.to(v_dtype).float()
 
 
 def splitk_verify_attention(
@@ -233,29 +276,40 @@ def splitk_verify_attention(
     """
     if split_size < 1:
         raise ValueError(f"split_size must be >= 1, got {split_size}")
-    _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer)
-    scale = default_sm_scale(q_extend, sm_scale)
-    k_scale, v_scale = _scale(k_scale), _scale(v_scale)
     v_dtype = v_extend.dtype
-    n, h, _ = q_extend.shape
-    out = torch.zeros(n, h, v_extend.shape[-1], dtype=torch.float32, device=q_extend.device)
-    for req in _requests(qo_indptr, kv_indptr, mask_indptr, custom_mask is not None):
-        if req.num_draft == 0:
-            continue
-        k_pre, v_pre, k_tail, v_tail = _gather_request(
-            k_extend, v_extend, k_buffer, v_buffer, kv_indices, req, torch.float32
-        )
-        q = q_extend[req.q_start : req.q_start + req.num_draft].float()
-        prefix_visible, tail_visible = _visibility(
-            custom_mask, req, is_causal, skip_prefix_custom_mask, causal_block_m, q.device
-        )
-        s_pre, s_tail = _request_logits(q, k_pre, k_tail, scale, k_scale, prefix_visible, tail_visible)
-        o = _combine_splits(s_pre, s_tail, v_pre, v_tail, v_scale, split_size, v_dtype)
-        out[req.q_start : req.q_start + req.num_draft] = o.permute(2, 0, 1, 3).reshape(req.num_draft, h, -1)
-    return out
+
+    def combine(s_pre, s_tail, v_pre, v_tail):
+        return _combine_splits(s_pre, s_tail, v_pre, v_tail, split_size, v_dtype)
+
+    return _verify_attention(
+        q_extend,
+        k_extend,
+        v_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        is_causal,
+        mask_indptr,
+        sm_scale,
+        k_scale,
+        v_scale,
+        skip_prefix_custom_mask,
+        torch.float32,
+        causal_block_m,
+        combine,
+    )
 
 
-def _combine_splits(s_pre, s_tail, v_pre, v_tail, v_scale, split_size, v_dtype):
+def _partial(s, v_dtype):
+    """Online-softmax partial of one chunk: (max, exp-sum, weights rounded to v's dtype for P.V)."""
+    p = torch.exp(s - _finite_max(s))
+    return s.amax(-1), p.sum(-1), p.to(v_dtype).float()
+
+
+def _combine_splits(s_pre, s_tail, v_pre, v_tail, split_size, v_dtype):
     """Partials per prefix chunk [.., C] and for the tail, combined into [Hkv, G, T, Dv]."""
     p_len = s_pre.shape[-1]
     chunks = max(1, -(-p_len // split_size))
@@ -263,7 +317,7 @@ def _combine_splits(s_pre, s_tail, v_pre, v_tail, v_scale, split_size, v_dtype):
     s_chunks = torch.nn.functional.pad(s_pre, (0, pad), value=-math.inf).unflatten(-1, (chunks, split_size))
     v_chunks = torch.nn.functional.pad(v_pre, (0, 0, 0, 0, 0, pad)).unflatten(0, (chunks, split_size))
     m_c, l_c, p_c = _partial(s_chunks, v_dtype)  # m_c, l_c [K, G, T, C]
-    acc_c = torch.einsum("kgtcs,cskv->kgtcv", p_c, v_chunks) * v_scale
+    acc_c = torch.einsum("kgtcs,cskv->kgtcv", p_c, v_chunks)
     m_t, l_t, p_t = _partial(s_tail, v_dtype)  # [K, G, T]
     acc_t = torch.einsum("kgts,skv->kgtv", p_t, v_tail)
     m_all = torch.cat([m_c, m_t.unsqueeze(-1)], -1)
@@ -273,12 +327,54 @@ def _combine_splits(s_pre, s_tail, v_pre, v_tail, v_scale, split_size, v_dtype):
     return _normalise(acc, denom)
 
 
+# SGLang's keyword options of extend_attention_fwd (0.5.11 .. 0.5.23) with the values that leave them off.
+SGLANG_KEYWORD_DEFAULTS = {
+    "logit_cap": 0.0,
+    "skip_prefix_custom_mask": True,
+    "sliding_window_size": -1,
+    "sinks": None,
+    "window_kv_offsets": None,
+    "xai_temperature_len": -1,
+    "lse_extend": None,
+    "skip_prefix": False,
+    "skip_extend": False,
+    "page_size": 1,
+    "score_mod": None,
+    "aux_tensors": None,
+    "extend_seq_lens_cpu": None,
+    "identity_kv_indices": False,
+}
+_NO_EFFECT_ON_RESULT = ("extend_seq_lens_cpu",)  # a launch-shape hint in SGLang
+
+
+def _features_in_use(options: dict, has_mask: bool) -> list[str]:
+    """SGLang options set to something other than "off" (skip_prefix_custom_mask=False counts with a mask)."""
+    used = []
+    for name, off in SGLANG_KEYWORD_DEFAULTS.items():
+        value = options[name]
+        if name in _NO_EFFECT_ON_RESULT:
+            continue
+        if name == "skip_prefix_custom_mask":
+            on, name = has_mask and not value, "skip_prefix_custom_mask=False"
+        elif off is None:
+            on = value is not None
+        elif name in ("logit_cap", "sliding_window_size", "xai_temperature_len"):
+            on = value is not None and value > 0
+        else:
+            on = value != off
+        if on:
+            used.append(name)
+    return used
+
+
 def unserved_feature(
     q_extend,
     k_extend,
     v_extend,
     qo_indptr,
     custom_mask,
+    max_len_extend,
+    *,
     logit_cap=0.0,
     skip_prefix_custom_mask=True,
     sliding_window_size=-1,
@@ -291,41 +387,31 @@ def unserved_feature(
     page_size=1,
     score_mod=None,
     aux_tensors=None,
+    extend_seq_lens_cpu=None,
     identity_kv_indices=False,
 ) -> str | None:
-    """Why the verify kernel cannot serve this ``extend_attention_fwd`` call, or None when it can."""
-    features = {
-        "logit_cap": bool(logit_cap and logit_cap > 0),
-        "skip_prefix_custom_mask=False": custom_mask is not None and not skip_prefix_custom_mask,
-        "sliding_window_size": sliding_window_size is not None and sliding_window_size > 0,
-        "sinks": sinks is not None,
-        "window_kv_offsets": window_kv_offsets is not None,
-        "xai_temperature_len": xai_temperature_len is not None and xai_temperature_len > 0,
-        "lse_extend": lse_extend is not None,
-        "skip_prefix": bool(skip_prefix),
-        "skip_extend": bool(skip_extend),
-        "page_size": page_size != 1,
-        "score_mod": score_mod is not None or aux_tensors is not None,
-        "identity_kv_indices": bool(identity_kv_indices),
-    }
-    used = [name for name, on in features.items() if on]
+    """Why the verify kernel cannot serve this ``extend_attention_fwd`` call, or None when it can.
+
+    Keyword arguments: SGLang's options (``SGLANG_KEYWORD_DEFAULTS``). Reads only shapes and host values,
+    never device data, so it is safe under CUDA-graph capture. Every request has the same number of drafts
+    exactly when q has batch x ``max_len_extend`` rows (SGLang passes the longest extend as max_len_extend).
+    """
+    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
+    used = _features_in_use(options, custom_mask is not None)
     if used:
         return "unsupported feature: " + ", ".join(used)
     if q_extend.shape[-1] != MLA_QK_DIM or k_extend.shape[1:] != (1, MLA_QK_DIM):
         return f"not absorbed MLA: q {tuple(q_extend.shape)}, k_extend {tuple(k_extend.shape)}"
     if v_extend.shape[1:] != (1, MLA_V_DIM):
         return f"not absorbed MLA: v_extend {tuple(v_extend.shape)}"
-    lengths = torch.diff(qo_indptr).unique().tolist()
-    if len(lengths) > 1:
-        return f"draft lengths differ between requests: {sorted(lengths)}"
-    if lengths and not 0 <= lengths[0] <= MAX_DRAFT_TOKENS:
-        return f"{lengths[0]} draft tokens per request (serves 0..{MAX_DRAFT_TOKENS})"
+    batch = qo_indptr.numel() - 1
+    if q_extend.shape[0] != batch * max_len_extend:
+        return (
+            f"draft lengths differ between requests: {q_extend.shape[0]} rows for {batch} x {max_len_extend}"
+        )
+    if not 1 <= max_len_extend <= MAX_DRAFT_TOKENS:
+        return f"{max_len_extend} draft tokens per request (serves 1..{MAX_DRAFT_TOKENS})"
     return None
-
-
-def _rows_written(max_len_extend, block_m):
-    """Draft rows SGLang's grid covers: cdiv(max_len_extend, BLOCK_M) query blocks per request."""
-    return -(-int(max_len_extend) // block_m) * block_m
 
 
 def reference_extend_attention_fwd(
@@ -359,38 +445,28 @@ def reference_extend_attention_fwd(
     aux_tensors=None,
     extend_seq_lens_cpu=None,
     identity_kv_indices: bool = False,
-    compute_dtype=torch.float32,
-):
+) -> None:
     """Drop-in CPU stand-in for SGLang's ``extend_attention_fwd`` (verify subset); writes ``o_extend``.
 
-    Computes ``reference_verify_attention`` in ``compute_dtype`` (float32: the stock kernel's
-    accumulation) and stores it in ``o_extend``'s dtype. Like SGLang, rows beyond the
-    ``cdiv(max_len_extend, BLOCK_M)`` query blocks of a request are left untouched and an empty extend
-    (all-zero ``qo_indptr``) writes nothing. Raises NotImplementedError for features outside target
-    verify (logit cap, sliding window, sinks, xai temperature, LSE output, skip_prefix/skip_extend,
-    page_size > 1, score_mod).
+    SGLang's positional and keyword arguments (``SGLANG_KEYWORD_DEFAULTS``). Computes
+    ``reference_verify_attention`` in float32 (the stock kernel's accumulation), stored in ``o_extend``'s
+    dtype. Like SGLang, rows beyond the ``cdiv(max_len_extend, BLOCK_M)`` query blocks of a request are left
+    untouched, and an empty extend (all-zero ``qo_indptr``) writes nothing. Raises
+    NotImplementedError for options outside target verify (logit cap, sliding window, sinks, xai
+    temperature, LSE output, skip_prefix/skip_extend, page_size > 1, score_mod, identity_kv_indices).
     """
-    del extend_seq_lens_cpu  # a launch-shape hint in SGLang; no effect on the result
-    reason = unserved_feature(
-        q_extend, k_extend, v_extend, qo_indptr, custom_mask, logit_cap, True, sliding_window_size,
-        sinks, window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix, skip_extend, page_size,
-        score_mod, aux_tensors, identity_kv_indices,
-    )
-    if reason and reason.startswith("unsupported feature"):
-        raise NotImplementedError(f"reference_extend_attention_fwd: {reason}")
+    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
+    unmodelled = [
+        f for f in _features_in_use(options, custom_mask is not None) if not f.startswith("skip_prefix_")
+    ]
+    if unmodelled:
+        raise NotImplementedError(f"reference_extend_attention_fwd does not model: {', '.join(unmodelled)}")
     result = reference_verify_attention(
         q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-        is_causal, mask_indptr, sm_scale, k_scale, v_scale, skip_prefix_custom_mask, compute_dtype,
-    )
-    _store_rows(o_extend, result, qo_indptr, _rows_written(max_len_extend, SGLANG_MLA_BLOCK_M))
-
-
-def _store_rows(o_extend, result, qo_indptr, rows_per_request):
-    qo = qo_indptr.tolist()
-    for start, end in zip(qo[:-1], qo[1:]):
-        stop = min(end, start + rows_per_request)
-        if stop > start:
-            o_extend[start:stop] = result[start:stop].to(o_extend.dtype)
+        is_causal, mask_indptr, sm_scale, k_scale, v_scale, options["skip_prefix_custom_mask"], torch.float32,
+    )  # fmt: skip
+    rows_per_request = -(-int(max_len_extend) // SGLANG_MLA_BLOCK_M) * SGLANG_MLA_BLOCK_M
+    _store_rows(o_extend, result, qo_indptr, rows_per_request)
 
 
 def splitk_extend_attention_fwd(
@@ -424,25 +500,30 @@ def splitk_extend_attention_fwd(
     aux_tensors=None,
     extend_seq_lens_cpu=None,
     identity_kv_indices: bool = False,
+    *,
     split_size: int = 256,
 ) -> bool:
     """CPU stand-in of ``kernel_ext.verify_attention``: True when it wrote ``o_extend``, False to fall back.
 
-    Serves exactly what the CUDA kernel serves (``unserved_feature`` is None): absorbed MLA shapes, the
-    same number of draft tokens (0..64) for every request, no logit cap / sliding window / sinks / xai
-    temperature / LSE / skip flags / page_size > 1 / score_mod, skip_prefix_custom_mask=True.
-    ``max_len_extend`` is not needed: every draft row is written.
+    SGLang's positional and keyword arguments, plus ``split_size``. Serves exactly what the CUDA kernel
+    serves (``unserved_feature`` is None): absorbed MLA shapes, the same number of draft tokens (1..64) for
+    every request, every option off except skip_prefix_custom_mask=True.
     """
-    del max_len_extend, extend_seq_lens_cpu
-    if unserved_feature(
-        q_extend, k_extend, v_extend, qo_indptr, custom_mask, logit_cap, skip_prefix_custom_mask,
-        sliding_window_size, sinks, window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix,
-        skip_extend, page_size, score_mod, aux_tensors, identity_kv_indices,
-    ):
+    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
+    if unserved_feature(q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, **options):
         return False
     result = splitk_verify_attention(
         q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-        is_causal, mask_indptr, sm_scale, k_scale, v_scale, skip_prefix_custom_mask, split_size,
-    )
+        is_causal, mask_indptr, sm_scale, k_scale, v_scale, True, split_size,
+    )  # fmt: skip
     _store_rows(o_extend, result, qo_indptr, result.shape[0])
     return True
+
+
+def _store_rows(o_extend, result, qo_indptr, rows_per_request):
+    """Write each request's first ``rows_per_request`` rows of ``result`` into ``o_extend``."""
+    qo = qo_indptr.tolist()
+    for start, end in zip(qo[:-1], qo[1:]):
+        stop = min(end, start + rows_per_request)
+        if stop > start:
+            o_extend[start:stop] = result[start:stop].to(o_extend.dtype)

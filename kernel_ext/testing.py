@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import multiprocessing
 import math
+import multiprocessing
 import os
 from dataclasses import dataclass, field
 
@@ -53,18 +53,41 @@ class VerifyBatch:
     def args(self, o: torch.Tensor | None = None) -> tuple:
         """Positional arguments of SGLang's ``extend_attention_fwd`` (through ``sm_scale``)."""
         return (
-            self.q, self.k_extend, self.v_extend, self.o if o is None else o, self.k_buffer, self.v_buffer,
-            self.qo_indptr, self.kv_indptr, self.kv_indices, self.custom_mask, self.is_causal,
-            self.mask_indptr, self.max_len_extend, self.k_scale, self.v_scale, self.sm_scale,
+            self.q,
+            self.k_extend,
+            self.v_extend,
+            self.o if o is None else o,
+            self.k_buffer,
+            self.v_buffer,
+            self.qo_indptr,
+            self.kv_indptr,
+            self.kv_indices,
+            self.custom_mask,
+            self.is_causal,
+            self.mask_indptr,
+            self.max_len_extend,
+            self.k_scale,
+            self.v_scale,
+            self.sm_scale,
         )
 
     def verify_kwargs(self) -> dict:
         """Keyword arguments of ``reference_verify_attention`` / ``splitk_verify_attention``."""
         return dict(
-            q_extend=self.q, k_extend=self.k_extend, v_extend=self.v_extend, k_buffer=self.k_buffer,
-            v_buffer=self.v_buffer, qo_indptr=self.qo_indptr, kv_indptr=self.kv_indptr,
-            kv_indices=self.kv_indices, custom_mask=self.custom_mask, is_causal=self.is_causal,
-            mask_indptr=self.mask_indptr, sm_scale=self.sm_scale, k_scale=self.k_scale, v_scale=self.v_scale,
+            q_extend=self.q,
+            k_extend=self.k_extend,
+            v_extend=self.v_extend,
+            k_buffer=self.k_buffer,
+            v_buffer=self.v_buffer,
+            qo_indptr=self.qo_indptr,
+            kv_indptr=self.kv_indptr,
+            kv_indices=self.kv_indices,
+            custom_mask=self.custom_mask,
+            is_causal=self.is_causal,
+            mask_indptr=self.mask_indptr,
+            sm_scale=self.sm_scale,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
         )
 
     def fresh_output(self) -> torch.Tensor:
@@ -107,13 +130,16 @@ def make_verify_batch(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     sm_scale: float | None = None,
+    is_causal: bool = True,
+    q_row_padding: int = 0,
 ) -> VerifyBatch:
     """A random target-verify batch: H query heads, T drafts per request, ``batch`` requests.
 
     ``prefix_lens``: one int for all requests or one per request. ``mask``: "tree" (random DDTree),
-    "chain" (lower-triangular tail) or "causal" (no custom mask, is_causal=True). KV rows are scattered
-    over a pool of ``pool_factor`` x sum(P) rows (+ one spare); unused rows are NaN when
-    ``nan_unused_rows``. Random values are drawn on the CPU from ``seed``, then moved to ``device``.
+    "chain" (lower-triangular tail) or "causal" (no custom mask). KV rows are scattered over a pool of
+    ``pool_factor`` x sum(P) rows (+ one spare); unused rows are NaN when ``nan_unused_rows``.
+    ``q_row_padding`` > 0 makes q a non-contiguous view into rows that many elements wider. Tensors are
+    drawn on ``device`` (fast for GPU-sized batches) from ``seed``; tree shapes on the CPU.
     """
     if mask not in MASK_KINDS:
         raise ValueError(f"mask must be one of {MASK_KINDS}, got {mask!r}")
@@ -122,44 +148,46 @@ def make_verify_batch(
         raise ValueError(f"prefix_lens must be one int or {batch} ints >= 0, got {prefix_lens!r}")
     if pool_factor < 1.0:
         raise ValueError(f"pool_factor must be >= 1 (the pool holds every prefix row), got {pool_factor}")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tree_gen = torch.Generator().manual_seed(seed)
     n, total_prefix = batch * T, sum(prefix)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype)
+        return torch.randn(*shape, generator=gen, device=device).to(dtype)
+
+    def indptr(lengths, index_type):
+        return torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0).to(index_type).to(device)
 
     pool = int(total_prefix * pool_factor) + 1
-    k_buffer = torch.full((pool, 1, MLA_QK_DIM), math.nan if nan_unused_rows else 0.0, dtype=dtype)
-    kv_indices = torch.randperm(pool, generator=gen)[:total_prefix]
+    k_buffer = torch.full(
+        (pool, 1, MLA_QK_DIM), math.nan if nan_unused_rows else 0.0, dtype=dtype, device=device
+    )
+    kv_indices = torch.randperm(pool, generator=gen, device=device)[:total_prefix]
     k_buffer[kv_indices] = randn(total_prefix, 1, MLA_QK_DIM)
     k_extend = randn(n, 1, MLA_QK_DIM)
+    q = randn(n, H, MLA_QK_DIM + q_row_padding)[..., :MLA_QK_DIM]
 
     parents, flat_mask = [], []
     for p in prefix:
-        tree = random_tree_parents(T, gen) if mask == "tree" else list(range(-1, T - 1))
+        tree = random_tree_parents(T, tree_gen) if mask == "tree" else list(range(-1, T - 1))
         parents.append(tree)
-        block = torch.randint(0, 2, (T, p + T), generator=gen, dtype=torch.bool)
-        block[:, p:] = tree_tail_mask(tree)
+        block = torch.randint(0, 2, (T, p + T), generator=gen, device=device, dtype=torch.uint8).bool()
+        block[:, p:] = tree_tail_mask(tree).to(device)
         flat_mask.append(block.flatten())
 
-    def indptr(lengths, dtype_):
-        return torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0).to(dtype_)
-
-    k_buffer = k_buffer.to(device)
-
     return VerifyBatch(
-        q=randn(n, H, MLA_QK_DIM).to(device),
-        k_extend=k_extend.to(device),
-        v_extend=k_extend[..., :MLA_V_DIM].contiguous().to(device),
+        q=q,
+        k_extend=k_extend,
+        v_extend=k_extend[..., :MLA_V_DIM].contiguous(),
         o=torch.full((n, H, MLA_V_DIM), math.nan, dtype=dtype, device=device),
         k_buffer=k_buffer,
         v_buffer=k_buffer[..., :MLA_V_DIM],
-        qo_indptr=indptr([T] * batch, qo_indptr_dtype).to(device),
-        kv_indptr=indptr(prefix, kv_indptr_dtype).to(device),
-        kv_indices=kv_indices.to(index_dtype).to(device),
-        custom_mask=None if mask == "causal" else torch.cat(flat_mask).to(mask_dtype).to(device),
-        is_causal=True,
-        mask_indptr=indptr([T * (p + T) for p in prefix], torch.int64).to(device),
+        qo_indptr=indptr([T] * batch, qo_indptr_dtype),
+        kv_indptr=indptr(prefix, kv_indptr_dtype),
+        kv_indices=kv_indices.to(index_dtype),
+        custom_mask=None if mask == "causal" else torch.cat(flat_mask).to(mask_dtype),
+        is_causal=is_causal,
+        mask_indptr=indptr([T * (p + T) for p in prefix], torch.int64),
         max_len_extend=T,
         sm_scale=sm_scale or 1.0 / math.sqrt(MLA_QK_DIM),
         k_scale=k_scale,
@@ -224,7 +252,9 @@ def compare(actual: torch.Tensor, expected: torch.Tensor) -> Comparison:
     )
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, rel_l2_tol: float, what: str = "output") -> Comparison:
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, rel_l2_tol: float, what: str = "output"
+) -> Comparison:
     """Raise AssertionError naming ``what`` and the worst errors unless within ``rel_l2_tol``, all finite."""
     result = compare(actual, expected)
     if not result.within(rel_l2_tol):

@@ -63,11 +63,13 @@ class Audit:
         self._thread.start()
 
     def offer(self, layer, args, kwargs, o_stock, o_custom, sample, stock_name: str = "?") -> None:
-        """Called after an eager shadow-capable call; snapshots at most one sampled call per interval."""
+        """Called after an eager call in shadow mode; snapshots at most one sampled call per interval."""
         now = time.monotonic()
-        if now < self._next_at or not int(sample[0]):
+        if now < self._next_at:
             return
-        self._next_at = now + self.interval_s
+        self._next_at = now + self.interval_s  # so at most one device sync (reading the flag) per interval
+        if not int(sample[0]):
+            return
         if snapshot_bytes(args) > self.max_snapshot_bytes:
             self.skipped_too_large += 1
             return

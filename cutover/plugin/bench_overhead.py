@@ -12,6 +12,7 @@ idle - stock, custom - bare custom, shadow - (stock + bare custom). Writes ``plu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -67,7 +68,7 @@ def _switch(runtime, paths, mode: str, generation: int) -> None:
         raise RuntimeError(f"runtime did not switch to {mode}: {runtime.control.state.forced_reason}")
 
 
-def bench_shape(shape, reps: int, runtime, paths, stock) -> dict:
+def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     import kernel_ext
     from cutover.plugin.dispatch import verify_site
     from kernel_ext.testing import make_verify_batch
@@ -86,10 +87,10 @@ def bench_shape(shape, reps: int, runtime, paths, stock) -> dict:
     row = {"heads": heads, "T": t, "batch": batch_size, "prefix": prefix}
     row["stock_us"] = _time_us(_capture(lambda: stock(*args)), reps)
     row["custom_bare_us"] = _time_us(_capture(lambda: kernel_ext.verify_attention(*args, workspace=workspace)), reps)
-    _switch(runtime, paths, "triton", 1)
+    _switch(runtime, paths, "triton", next(generations))
     graph = _capture(plugin_call)  # one capture serves every mode
-    for generation, mode in enumerate(("triton", "shadow", "custom"), start=2):
-        _switch(runtime, paths, mode, generation)
+    for mode in ("triton", "shadow", "custom"):
+        _switch(runtime, paths, mode, next(generations))
         row[f"plugin_{mode}_us"] = _time_us(graph, reps)
     row["idle_overhead_us"] = row["plugin_triton_us"] - row["stock_us"]
     row["custom_overhead_us"] = row["plugin_custom_us"] - row["custom_bare_us"]
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(runtime.kernels, CudaKernels):
         parser.error(f"the CUDA kernel is not available: {runtime.unavailable}")
     stock, stock_module = resolve_stock_kernel()
-    rows = [bench_shape(shape, args.reps, runtime, paths, stock) for shape in SHAPES]
+    generations = itertools.count(1)
+    rows = [bench_shape(shape, args.reps, runtime, paths, stock, generations) for shape in SHAPES]
     runtime.control.stop(clean=True)
     device_name = torch.cuda.get_device_name()
     fused = runtime.kernels._fused_epilogue is not None

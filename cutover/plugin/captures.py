@@ -101,11 +101,10 @@ def load_capture(path: str) -> dict:
 class CaptureStore:
     """Keeps the ``max_count`` worst (highest rel_l2) captures of one rank in ``directory``."""
 
-    def __init__(self, directory: str, rank: int, max_count: int = 8, max_bytes: int = 64 << 20):
+    def __init__(self, directory: str, rank: int, max_count: int = 8):
         self.directory = directory
         self.rank = rank
         self.max_count = max_count
-        self.max_bytes = max_bytes
         self._kept: list[tuple[float, str]] = []  # (rel_l2, path), this process's captures
         self.saved = 0
 

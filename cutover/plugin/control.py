@@ -194,11 +194,16 @@ class ControlLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        last_failure = ""
         while not self._stop.is_set():
             try:
                 self.poll_once()
-            except Exception as exc:  # noqa: BLE001 - keep polling; the heartbeat says what failed
-                log.warning("cutover: control poll failed: %s: %s", type(exc).__name__, exc)
+                last_failure = ""
+            except Exception as exc:  # noqa: BLE001 - keep polling; log each new failure once
+                failure = f"{type(exc).__name__}: {exc}"
+                if failure != last_failure:
+                    log.warning("cutover: control poll of rank %s failed: %s", self.rank, failure)
+                last_failure = failure
             self._stop.wait(self.poll_s)
 
     def stop(self, clean: bool = True) -> None:

@@ -22,10 +22,29 @@ from cutover.hostlayout import REL_L2_BIN_EDGES
 MAX_LAYERS = 512
 MODE_CODES = {"triton": 0, "shadow": 1, "custom": 2}
 
-# counters row layout (float64: exact integer counts up to 2**53)
-CALLS, COMPARED, REL_L2_MAX, MAX_ABS, NONFINITE_CUSTOM, NONFINITE_STOCK, HIST = 0, 1, 2, 3, 4, 5, 6
+# counters row layout (float64: exact integer counts up to 2**53). CELLS hold the outer product of the gate's
+# flags [serve, sample] with [bad(scratch), bad(o), 1] (one add per call for every count): the non-finite
+# counts per kernel are sums of cells (nonfinite_custom / nonfinite_stock below).
+CALLS = 0
+CELLS = 1  # serve*bad(scratch) (unused: no scratch in custom mode), serve*bad(o), serve, sample*bad(scratch),
+#            sample*bad(o), sample
+SERVE_BAD_O, SERVED, SAMPLE_BAD_SCRATCH, SAMPLE_BAD_O, COMPARED = 2, 3, 4, 5, 6
+REL_L2_MAX, MAX_ABS = 7, 8
+HIST = 9
 HIST_BINS = len(REL_L2_BIN_EDGES) + 1
 COUNTER_WIDTH = HIST + HIST_BINS
+
+
+def nonfinite_custom(counters: torch.Tensor) -> torch.Tensor:
+    """Calls whose custom output held a non-finite value: the shadow scratch, or o when ours served it."""
+    return counters[..., SAMPLE_BAD_SCRATCH] + counters[..., SERVE_BAD_O]
+
+
+def nonfinite_stock(counters: torch.Tensor) -> torch.Tensor:
+    """Shadow calls whose stock output (o) held a non-finite value."""
+    return counters[..., SAMPLE_BAD_O]
+
+
 # A comparison with a non-finite value records this (finite, JSON-safe) relative L2 / max abs, lands in the
 # last histogram bucket, and is counted in the non-finite counters.
 NONFINITE_SENTINEL = 1.0e30
@@ -123,31 +142,30 @@ def torch_shadow_epilogue(o: torch.Tensor, scratch: torch.Tensor, enable: torch.
     """Accumulate one verify call into a layer's counters; ``enable`` = the gate's [serve, sample] flags.
 
     This is the specification a fused kernel must match. ``o`` holds stock's output (shadow) or ours (custom);
-    ``scratch`` ours in a shadow sample. With w = sample: rel_l2 = ||scratch - o||_2 / ||o||_2 (float32
-    inputs, float64 result), max_abs = max |scratch - o|; a non-finite value in either makes both
-    NONFINITE_SENTINEL. Updates: CALLS += 1 (always), COMPARED += w, REL_L2_MAX and MAX_ABS = max(old,
-    value * w), HIST[bucket(rel_l2)] += w (bucket k holds [REL_L2_BIN_EDGES[k-1], REL_L2_BIN_EDGES[k]), the
-    last one >= 1.0), NONFINITE_STOCK += w * bad(o), NONFINITE_CUSTOM += w * bad(scratch) + serve * bad(o):
-    in custom mode the served output itself is checked, so a NaN after promote is counted too.
+    ``scratch`` ours in a shadow sample. With w = sample: rel_l2 = ||scratch - o||_2 / ||o||_2, max_abs =
+    max |scratch - o| (difference in the outputs' dtype, norms accumulated in float32); either is
+    NONFINITE_SENTINEL when not finite. Updates: CALLS += 1; CELLS += [serve, w] x [bad(scratch), bad(o), 1]
+    (bad = the output holds a non-finite value); REL_L2_MAX and MAX_ABS = max(old, value * w);
+    HIST[bucket(rel_l2)] += w, bucket k holding [REL_L2_BIN_EDGES[k-1], REL_L2_BIN_EDGES[k]), the last >= 1.0.
+    In custom mode the served output itself is checked (cell serve*bad(o)), so a NaN after promote is counted.
+
+    About 20 small launches, captured in the graph and run in every mode (they cannot be skipped by data):
+    kernel_ext's fused ``shadow_epilogue``, when present, replaces them.
     """
-    serve = enable[0:1].to(torch.float64)
-    weight = enable[1:2].to(torch.float64)
-    custom = scratch.float()
-    stock = o.float()
-    bad_scratch = torch.logical_not(torch.isfinite(custom)).any().to(torch.float64)
-    bad_o = torch.logical_not(torch.isfinite(stock)).any().to(torch.float64)
-    diff = custom - stock
-    rel = torch.linalg.vector_norm(diff).double() / torch.linalg.vector_norm(stock).double().clamp_min(1e-300)
-    rel = torch.nan_to_num(rel, nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL).clamp_max(NONFINITE_SENTINEL)
-    max_abs = torch.nan_to_num(diff.abs().amax().double(), nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL)
-    any_bad = torch.clamp_max(bad_scratch + bad_o, 1.0)
-    rel = torch.where(any_bad > 0, torch.full_like(rel, NONFINITE_SENTINEL), rel)
-    max_abs = torch.where(any_bad > 0, torch.full_like(max_abs, NONFINITE_SENTINEL), max_abs)
+    flags = enable.to(torch.float64)  # [serve, w]
+    diff = scratch - o  # in the outputs' dtype: exact where they are close (Sterbenz)
+    norms = torch.stack([torch.linalg.vector_norm(scratch, dtype=torch.float32),
+                         torch.linalg.vector_norm(o, dtype=torch.float32),
+                         torch.linalg.vector_norm(diff, dtype=torch.float32),
+                         torch.linalg.vector_norm(diff, ord=float("inf"), dtype=torch.float32)]).double()
+    bad = torch.nan_to_num(norms * 0.0, nan=1.0)  # 1 where a norm is non-finite: inf*0 and nan*0 are nan
+    columns = torch.nn.functional.pad(bad[0:2], (0, 1), value=1.0)  # [bad(scratch), bad(o), 1]
     counters[CALLS].add_(1.0)
-    counters[COMPARED : COMPARED + 1].add_(weight)
-    torch.maximum(counters[REL_L2_MAX : REL_L2_MAX + 1], rel * weight, out=counters[REL_L2_MAX : REL_L2_MAX + 1])
-    torch.maximum(counters[MAX_ABS : MAX_ABS + 1], max_abs * weight, out=counters[MAX_ABS : MAX_ABS + 1])
-    counters[NONFINITE_CUSTOM : NONFINITE_CUSTOM + 1].add_(bad_scratch * weight + bad_o * serve)
-    counters[NONFINITE_STOCK : NONFINITE_STOCK + 1].add_(bad_o * weight)
-    bucket = torch.bucketize(rel.reshape(1), bin_edges, right=True)
-    counters[HIST:].index_add_(0, bucket, weight)
+    counters[CELLS : CELLS + 6].add_((flags[:, None] * columns[None, :]).view(-1))
+    rel = norms[2:3] / norms[1:2].clamp_min(1e-30)
+    values = torch.nan_to_num(torch.cat([rel, norms[3:4]]), nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL,
+                              neginf=NONFINITE_SENTINEL)  # [rel_l2, max_abs]
+    maxima = counters[REL_L2_MAX : MAX_ABS + 1]
+    torch.maximum(maxima, values * flags[1:2], out=maxima)
+    bucket = torch.bucketize(values[0:1], bin_edges, right=True)
+    counters[HIST:].index_add_(0, bucket, flags[1:2])

@@ -114,6 +114,6 @@ class VerifyDispatcher:
         result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
         if shadowed:
             kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges)
-            if not _is_capturing(o):
+            if runtime.control.mode_active == "shadow" and not _is_capturing(o):
                 runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
         return result

@@ -51,7 +51,7 @@ class CudaKernels:
     def _workspace_for(self, args) -> torch.Tensor:
         """A preallocated workspace big enough for this call (grow-only; both launches of a call share it)."""
         q, qo_indptr, max_len = args[0], args[QO_INDPTR_INDEX], args[12]
-        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        index = q.device.index if q.device.index is not None or not q.is_cuda else torch.cuda.current_device()
         need = self._workspace_bytes(qo_indptr.numel() - 1, q.shape[1], int(max_len), index)
         current = self._workspace.get(q.device)
         if current is None or current.numel() < need:

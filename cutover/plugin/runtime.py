@@ -99,9 +99,12 @@ class PluginRuntime:
         if not self._started:
             return
         self._started = False
-        self.control.stop(clean=True)
-        self.drain(write=True)
-        self._write_heartbeat(self.control.state, Decision("triton", 1, "process exited"), stopped=True)
+        try:
+            self.control.stop(clean=True)
+            self.drain(write=True)
+            self._write_heartbeat(self.control.state, Decision("triton", 1, "process exited"), stopped=True)
+        except Exception as exc:  # noqa: BLE001 - at exit: the armed marker (if any) stays, the safe side
+            log.warning("cutover: rank %s did not stop cleanly: %s: %s", self.rank, type(exc).__name__, exc)
 
     def _apply(self, decision: Decision, new_generation: bool) -> None:
         if new_generation and self.state is not None:
@@ -137,7 +140,7 @@ class PluginRuntime:
             reason = f"custom path unavailable: {self.unavailable}"
         counters = dict(self.stats.totals)
         counters.update(
-            fallback_shapes=len(self.fallback_shapes), errors=sum(self.problems.values()),
+            fallback_shapes=len(self.fallback_shapes), errors=len(self.problems),  # distinct problems
             captures=self.audit.store.saved, audit_errors=self.audit.errors,
             unclean_restart=int(state.refuse_up_to is not None), stopped=int(stopped),
         )

@@ -13,8 +13,8 @@ import time
 import torch
 
 from cutover.hostlayout import append_jsonl
-from cutover.plugin.devicestate import (CALLS, COMPARED, HIST, MAX_ABS, NONFINITE_CUSTOM, NONFINITE_STOCK,
-                                        REL_L2_MAX)
+from cutover.plugin.devicestate import (CALLS, COMPARED, HIST, MAX_ABS, REL_L2_MAX, nonfinite_custom,
+                                        nonfinite_stock)
 
 
 def layer_record(now_row: torch.Tensor, before_row: torch.Tensor) -> dict:
@@ -25,8 +25,8 @@ def layer_record(now_row: torch.Tensor, before_row: torch.Tensor) -> dict:
         "rel_l2_max": float(now_row[REL_L2_MAX]),
         "rel_l2_hist": [int(x) for x in delta[HIST:].tolist()],
         "max_abs": float(now_row[MAX_ABS]),
-        "nonfinite_custom": int(delta[NONFINITE_CUSTOM]),
-        "nonfinite_stock": int(delta[NONFINITE_STOCK]),
+        "nonfinite_custom": int(nonfinite_custom(delta)),
+        "nonfinite_stock": int(nonfinite_stock(delta)),
     }
 
 
@@ -62,8 +62,8 @@ class StatsDrain:
             self.totals["verify_calls"] += int(calls.sum())
             self.totals["verify_steps"] += int(calls.max())  # a step calls every layer once
             self.totals["compared"] += int(delta[:, COMPARED].sum())
-            self.totals["nonfinite_custom"] += int(delta[:, NONFINITE_CUSTOM].sum())
-            self.totals["nonfinite_stock"] += int(delta[:, NONFINITE_STOCK].sum())
+            self.totals["nonfinite_custom"] += int(nonfinite_custom(delta).sum())
+            self.totals["nonfinite_stock"] += int(nonfinite_stock(delta).sum())
         if not write and not truth:
             return None
         before = self._line_before if self._line_before is not None else torch.zeros_like(counters)

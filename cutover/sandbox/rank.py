@@ -98,10 +98,9 @@ class RankWorker:
         if self.runtime is not None and self.runtime.active:
             self.faults = FaultyKernels(self.runtime.kernels, self.device, rank)
             self.runtime.kernels = self.faults
-        self.fault_spec = None
+        self.fault_spec = ""
         self._next_fault_check = 0.0
-        dtype = torch.bfloat16
-        self.traffic = Traffic(self.device, seed + rank, dtype)
+        self.traffic = Traffic(self.device, seed + rank, torch.bfloat16)
         self.steps = 0
 
     def check_faults(self) -> None:

@@ -281,8 +281,9 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
   rc = p.config == 1 ? launch_main<LargeTiles>(p, k, idx64, stream) : launch_main<SmallTiles>(p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
-  const long long items = (long long)a->batch * p.rcap * 4;  // (request, row, quarter of the value dims)
-  const int combine_blocks = (int)(items < 8LL * a->num_sms ? items : 8LL * a->num_sms);
+  const long long warps = (long long)a->batch * p.rcap * kCombineSlices;  // one warp per (request, row, slice)
+  const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
+  const int combine_blocks = (int)(wanted < 8LL * a->num_sms ? wanted : 8LL * a->num_sms);
   verify_combine_kernel<<<combine_blocks, kCombineThreads, 0, stream>>>(k);
   CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_combine_kernel");
   return CUTOVER_OK;

@@ -25,6 +25,7 @@ constexpr int kSplitAlign = 64;              // split boundaries fall on multipl
 constexpr int kMinSplitKeys = 128;           // no split smaller than this (partials would cost more than keys)
 constexpr int kPlanThreads = 1024;
 constexpr int kCombineThreads = 256;
+constexpr int kCombineSlices = kDimV / 32;  // 32-dim slices of a row: one warp each
 constexpr int kSglangBlockM = 32;            // BLOCK_M of SGLang's kernel for 576/512 on sm_90 and sm_120
 
 struct KernelArgs {
@@ -578,19 +579,17 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Combine: for every row of every request served by more than one split, merge the partials by their
-// log-sum-exp. Persistent grid over (request, row, quarter of the 512 value dims); 8 warps share the splits
-// (warp w takes splits w, w+8, ...), one float4 per lane.
+// log-sum-exp. One warp per item (request, row, 32-dim slice), no block barriers, so many items are in flight
+// at once: lanes are 4 split groups (split i goes to group i % 4) x 8 float4 columns, reduced by shuffles.
 // ---------------------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
   if (gate_closed(a.enable)) return;
-  constexpr int kGroups = kCombineThreads / 32;
-  __shared__ float4 s_acc[kGroups][32];
-  __shared__ float s_m[kGroups], s_w[kGroups];
-  const int tid = threadIdx.x, grp = tid >> 5, lane = tid & 31;
-  const long long items = (long long)a.B * a.rcap * 4;
-  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-    const int quarter = (int)(item & 3);
-    const long long br = item >> 2;
+  const int lane = threadIdx.x & 31, sg = lane >> 3, col = lane & 7;
+  const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+  const long long items = (long long)a.B * a.rcap * kCombineSlices;
+  for (long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); item < items; item += warps) {
+    const int slice = (int)(item % kCombineSlices);
+    const long long br = item / kCombineSlices;
     const int b = (int)(br / a.rcap), r = (int)(br - (long long)b * a.rcap);
     const int2 rq = a.req[b];
     const int n = rq.x;
@@ -599,43 +598,37 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
     ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
     if (r >= ext * a.H) continue;
-    const int d4 = quarter * 32 + lane;  // float4 index within the row
     float m = -CUDART_INF_F;
-    for (int i = grp; i < n; i += kGroups) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    for (int i = sg; i < n; i += 4) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
     const float m_use = m == -CUDART_INF_F ? 0.f : m;
+    const int f4 = slice * 8 + col;  // float4 index within the 512-dim row
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
-#pragma unroll 4
-    for (int i = grp; i < n; i += kGroups) {
+#pragma unroll 8
+    for (int i = sg; i < n; i += 4) {
       const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
       const float w = exp2f(a.part_lse[row] - m_use);
-      const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[d4];
+      const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[f4];
       wsum += w;
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
-    s_acc[grp][lane] = acc;
-    if (lane == 0) { s_m[grp] = m; s_w[grp] = wsum; }
-    __syncthreads();
-    if (grp == 0) {
-      float mm = -CUDART_INF_F;
 #pragma unroll
-      for (int k = 0; k < kGroups; ++k) mm = fmaxf(mm, s_m[k]);
-      const float mm_use = mm == -CUDART_INF_F ? 0.f : mm;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      float wt = 0.f;
-#pragma unroll
-      for (int k = 0; k < kGroups; ++k) {
-        const float f = s_m[k] == -CUDART_INF_F ? 0.f : exp2f(s_m[k] - mm_use);
-        const float4 v = s_acc[k][lane];
-        o.x += f * v.x; o.y += f * v.y; o.z += f * v.z; o.w += f * v.w;
-        wt += f * s_w[k];
-      }
-      const float inv = wt > 0.f ? 1.f / wt : 0.f;
-      const int t = r / a.H, h = r - t * a.H;
-      __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + d4 * 4;
-      *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+    for (int d = 8; d <= 16; d <<= 1) {
+      wsum += __shfl_xor_sync(0xffffffffu, wsum, d);
+      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, d);
+      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, d);
+      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, d);
+      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, d);
     }
-    __syncthreads();
+    if (sg == 0) {
+      const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+      const int t = r / a.H, h = r - t * a.H;
+      __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + f4 * 4;
+      *reinterpret_cast<uint2*>(dst) =
+          make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+    }
   }
 }
 

@@ -139,8 +139,11 @@ def verify_release(module, paths, params):
         if found != expected:
             mismatches.append({"file": name, "expected": expected, "found": found})
     if mismatches:
+        advice = "" if os.path.basename(params["release_dir"]).startswith(".incoming-") else (
+            " (remove the damaged copy %s on the host, then stage again)" % params["release_dir"])
         module.fail_json(msg="; ".join("sha256 mismatch for %(file)s: expected %(expected)s, found %(found)s" % m
-                                       for m in mismatches) + "; nothing was switched", mismatches=mismatches)
+                                       for m in mismatches) + "; nothing was switched" + advice,
+                         mismatches=mismatches)
     return {"changed": False, "verified": len(params["files"])}
 
 

@@ -171,11 +171,11 @@ def shadow(w: World, minutes: float) -> list:
 
 
 def start_shadow(w: World, tmp_path: Path, minutes: float = 5.0) -> subprocess.Popen:
-    """Start a long shadow in the background and return once every rank of every host runs shadow."""
+    """Start a long shadow in the background; return once it is armed everywhere and every rank runs shadow."""
     process = w.cli.start(*shadow(w, minutes), log=tmp_path / "shadow.log")
     for host in w.hosts.hosts:
-        wait_for(lambda: active_modes(host) == {"shadow"} or process.poll() is not None, 60,
-                 f"{host.name} armed in shadow")
+        wait_for(lambda: (active_modes(host) == {"shadow"} and journal_actions(host)[-1] == "shadow_armed")
+                 or process.poll() is not None, 60, f"{host.name} armed in shadow")
     assert process.poll() is None, (tmp_path / "shadow.log").read_text()
     return process
 

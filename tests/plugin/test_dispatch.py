@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cutover.plugin.devicestate import CALLS, COMPARED, HIST, NONFINITE_CUSTOM, REL_L2_MAX
+from cutover.plugin.devicestate import CALLS, COMPARED, HIST, REL_L2_MAX, nonfinite_custom
 from cutover.plugin.dispatch import verify_site
 from kernel_ext.reference import reference_extend_attention_fwd, splitk_extend_attention_fwd
 from kernel_ext.testing import make_verify_batch
@@ -139,9 +139,9 @@ def test_custom_mode_counts_a_non_finite_served_output(runtime, write_control, b
     runtime.kernels = faulty = FaultyKernels(runtime.kernels, runtime.device, rank=0)
     faulty.set_faults(parse_faults("nan:layer=4"))
     out = run(runtime, RecordingStock(), batch, layer=4)
-    assert math.isnan(float(out.view(-1)[0])) and runtime.state.counters[4, NONFINITE_CUSTOM] == 1
+    assert math.isnan(float(out.view(-1)[0])) and nonfinite_custom(runtime.state.counters[4]) == 1
     run(runtime, RecordingStock(), batch, layer=3)
-    assert runtime.state.counters[3, NONFINITE_CUSTOM] == 0
+    assert nonfinite_custom(runtime.state.counters[3]) == 0
 
 
 @pytest.mark.sglang

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,14 @@ def invoke(tmp_path: Path):
 def read_journal(state: Path) -> list[dict]:
     path = state / "journal.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The cutover wheel, built from this checkout (no build isolation: nothing is downloaded)."""
+    out = tmp_path_factory.mktemp("wheel")
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(repo), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(out)], check=True, capture_output=True, timeout=600)
+    (path,) = out.glob("cutover-*.whl")
+    return path

@@ -4,6 +4,8 @@ against a local-connection host under tmp_path (real ansible-runner, real playbo
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 
 from .conftest import read_journal, write_inventory
@@ -113,19 +115,35 @@ def test_check_mode_changes_nothing(invoke, local_inventory, release, tmp_path):
     assert not (tmp_path / "state" / "journal.jsonl").exists()
 
 
-def test_corrupted_artifact_is_refused_and_journaled(invoke, local_inventory, release, tmp_path, state_dir):
-    corrupt = tmp_path / "corrupt" / release.name
-    shutil.copytree(release, corrupt)
-    manifest = json.loads((corrupt / "manifest.json").read_text())
-    with open(corrupt / manifest["library"], "r+b") as handle:
+def corrupt(path):
+    with open(path, "r+b") as handle:
         handle.seek(100)
         handle.write(b"\x00garbage")
-    result = invoke("stage", "-i", local_inventory, "--release", corrupt)
+
+
+def test_corrupted_local_release_is_refused_before_touching_the_host(invoke, local_inventory, release, tmp_path):
+    copy = tmp_path / "copy" / release.name
+    shutil.copytree(release, copy)
+    library = json.loads((copy / "manifest.json").read_text())["library"]
+    corrupt(copy / library)
+    result = invoke("stage", "-i", local_inventory, "--release", copy)
+    assert result.exit_code == 3
+    assert result.stderr == (f"error: release {release.name}: {library} does not match its sha256 in the manifest\n"
+                             "  fix: the file was changed after the build: rebuild with `cutover build`\n")
+    assert not (tmp_path / "root").exists() and not (tmp_path / "state").exists()
+
+
+def test_corrupted_copy_on_the_host_is_refused_and_journaled(invoke, local_inventory, release, tmp_path, state_dir):
+    on_host = tmp_path / "root" / "releases" / release.name
+    shutil.copytree(release, on_host)
+    library = json.loads((on_host / "manifest.json").read_text())["library"]
+    corrupt(on_host / library)
+    result = invoke("stage", "-i", local_inventory, "--release", release)
     assert result.exit_code == 4
-    assert f"sha256 mismatch for {manifest['library']}" in result.stderr and "nothing was switched" in result.stderr
+    assert f"sha256 mismatch for {library}" in result.stderr and "nothing was switched" in result.stderr
     assert not (tmp_path / "root" / "current").exists()
-    assert not (tmp_path / "root" / "releases" / release.name).exists()
-    assert [e["stage"] for e in read_journal(state_dir) if e["action"] == "stage_refused"] == ["stage"]
+    (refusal,) = [e for e in read_journal(state_dir) if e["action"] == "stage_refused"]
+    assert refusal["stage"] == "stage" and "sha256 mismatch" in refusal["reason"]
 
 
 def test_preflight_mismatch_names_host_fact_expected_found(invoke, tmp_path, release):
@@ -162,3 +180,20 @@ def test_restart_that_never_heartbeats_fails_the_host_in_triton(invoke, local_in
     assert result.exit_code == 4
     assert f"serving did not come up with release {release.name} on all 2 ranks within 1 s" in result.stderr
     assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+
+
+def test_stage_installs_the_plugin_wheel_without_dependencies(invoke, tmp_path, release, wheel):
+    serving = tmp_path / "serving-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(serving)], check=True, timeout=300)
+    python = serving / "bin" / "python"
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, serving_python=str(python),
+                                cutover_install_plugin=True, cutover_plugin_wheel=str(wheel))
+    first = invoke("stage", "-i", inventory, "--release", release)
+    assert first.exit_code == 0, first.stderr
+    probe = ("import importlib.metadata as m, importlib.util as u; "
+             "print([e.value for e in m.entry_points(group='sglang.srt.plugins')], u.find_spec('typer') is None)")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['cutover.plugin:load_plugin'] True"  # the plugin, and no operator-side deps
+    second = invoke("stage", "-i", inventory, "--release", release, "--json")
+    assert second.exit_code == 0, second.stderr
+    assert json.loads(second.stdout)["hosts"][0]["changed"] == 0

@@ -5,18 +5,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out)], check=True, capture_output=True, timeout=600)
-    (path,) = out.glob("cutover-*.whl")
-    return path
 
 
 def test_wheel_lists_playbooks_inventories_and_policies(wheel):

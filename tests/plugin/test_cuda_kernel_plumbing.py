@@ -1,0 +1,71 @@
+"""CudaKernels' calls into kernel_ext's API, checked on the CPU against a stand-in that enforces the API contract.
+
+The CUDA kernel cannot run here; this stand-in checks every argument the way kernel_ext.api documents it
+(enable: int32 with >= 1 element; custom_enable: int32 with >= 2; workspace: contiguous uint8 of at least
+workspace_bytes(); gate rows contiguous) and computes with the split-K reference, so the dispatcher's use of the
+real API is exercised in all three modes. tests/gpu/test_plugin_graph.py runs the real thing on the H200.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cutover.plugin.devicestate import COMPARED, torch_gate
+from cutover.plugin.dispatch import verify_site
+from cutover.plugin.kernels import CudaKernels
+from kernel_ext.reference import reference_extend_attention_fwd, splitk_extend_attention_fwd
+from kernel_ext.testing import make_verify_batch
+
+
+class KernelExtContract:
+    """kernel_ext's Python API surface (verify_attention, verify_gate, workspace_bytes) with its checks."""
+
+    def __init__(self):
+        self.launches = []  # (out is o?, enabled)
+
+    @staticmethod
+    def workspace_bytes(batch, heads, max_len_extend, device):
+        return batch * heads * max_len_extend * 8
+
+    def verify_attention(self, *args, enable=None, workspace=None, **kwargs):
+        assert enable is not None and enable.dtype == torch.int32 and enable.numel() >= 1
+        need = self.workspace_bytes(args[6].numel() - 1, args[0].shape[1], args[12], None)
+        assert workspace.dtype == torch.uint8 and workspace.is_contiguous() and workspace.numel() >= need
+        assert isinstance(args[12], int)
+        self.launches.append(int(enable[0]))
+        if not int(enable[0]):
+            return True
+        return splitk_extend_attention_fwd(*args, **kwargs)
+
+    def verify_gate(self, gate_state, qo_indptr, qo_indptr_gated, custom_enable):
+        for t in (gate_state, qo_indptr, qo_indptr_gated, custom_enable):
+            assert t.is_contiguous()
+        assert gate_state.dtype == torch.int32 and gate_state.numel() == 4
+        assert custom_enable.dtype == torch.int32 and custom_enable.numel() >= 2
+        assert qo_indptr_gated.dtype == qo_indptr.dtype and qo_indptr_gated.numel() == qo_indptr.numel()
+        torch_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable)
+
+
+@pytest.mark.parametrize("mode", ["triton", "shadow", "custom"])
+def test_cuda_kernel_set_drives_the_api_correctly(runtime, write_control, mode):
+    contract = KernelExtContract()
+    runtime.kernels = CudaKernels(SimpleNamespace(verify_attention=contract.verify_attention,
+                                                  verify_gate=contract.verify_gate,
+                                                  workspace_bytes=contract.workspace_bytes))
+    write_control(mode, 1)
+    runtime.control.poll_once()
+    batch = make_verify_batch(8, 8, 2, [25, 60], qo_indptr_dtype=torch.int64, mask_dtype=torch.uint8)
+    seen = []
+    out = batch.fresh_output()
+    with verify_site(1):
+        runtime.wrap(lambda *a, **k: (seen.append(a[6].tolist()), reference_extend_attention_fwd(*a, **k)))(
+            *batch.args(out))
+    expected = batch.fresh_output()
+    (splitk_extend_attention_fwd if mode == "custom" else reference_extend_attention_fwd)(*batch.args(expected))
+    assert torch.equal(out, expected)
+    assert contract.launches == {"triton": [0, 0], "shadow": [0, 1], "custom": [1, 0]}[mode]
+    assert seen == [[0, 0, 0] if mode == "custom" else batch.qo_indptr.tolist()]
+    assert int(runtime.state.counters[1, COMPARED]) == (mode == "shadow")

@@ -1,0 +1,99 @@
+"""Metric parsing, the shadow baseline, and load-file validation."""
+
+import pytest
+
+from cutover.errors import ConfigError
+from cutover.workflow.load import MAX_RATE_PER_S, load_spec
+from cutover.workflow.probes import ServerSample, baseline, parse_metrics
+
+METRICS = """\
+# HELP cutover_verify_steps_total Verify steps.
+# TYPE cutover_verify_steps_total counter
+cutover_verify_steps_total{rank="0"} 100
+cutover_verify_steps_total{rank="1"} 102
+cutover_errors_total 3
+sglang:spec_accept_length 2.5
+cutover_mode{rank="0",mode="shadow"} 1
+not a metric line
+"""
+
+
+def test_parse_metrics_sums_label_sets_and_skips_comments():
+    values = parse_metrics(METRICS)
+    assert values["cutover_verify_steps_total"] == 202
+    assert values["cutover_errors_total"] == 3
+    assert values["sglang:spec_accept_length"] == 2.5
+    assert "not" not in values
+
+
+def test_baseline_rates_from_first_and_last_healthy_sample():
+    samples = [
+        ServerSample(at=10.0, healthy=True, verify_steps_total=100, errors_total=1, accept_length=2.0),
+        ServerSample(at=12.0, healthy=False, error="down"),
+        ServerSample(at=20.0, healthy=True, verify_steps_total=300, errors_total=1, accept_length=3.0),
+    ]
+    assert baseline(samples) == {"samples": 2, "verify_rate": 20.0, "error_rate": 0.0, "accept_length": 2.5}
+    assert baseline(samples[:1])["verify_rate"] is None
+
+
+def write(tmp_path, text):
+    path = tmp_path / "load.yml"
+    path.write_text(text)
+    return path
+
+
+def test_load_spec_defaults_and_bounds(tmp_path):
+    spec = load_spec(write(tmp_path, "prompts: [hello, world]\nrate_per_s: 2\n"))
+    assert spec.prompts == ("hello", "world") and spec.rate_per_s == 2.0 and spec.max_new_tokens == 32
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("rate_per_s: 1\n", "prompts"),
+    ("prompts: []\n", "prompts"),
+    (f"prompts: [a]\nrate_per_s: {MAX_RATE_PER_S + 1}\n", "rate_per_s"),
+    ("prompts: [a]\nmax_new_tokens: 1.5\n", "max_new_tokens"),
+    ("prompts: [a]\nurl: http://elsewhere\n", "url"),
+])
+def test_bad_load_file_names_file_and_field(tmp_path, text, field):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_spec(path)
+    assert str(path) in str(caught.value) and f"'{field}'" in str(caught.value)
+
+
+def test_load_driver_posts_prompts_at_the_set_rate(tmp_path):
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cutover.workflow.load import LoadDriver
+
+    from .hostfiles import local_host
+
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            received.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            self.send_response(200 if len(received) % 2 else 500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = local_host(tmp_path)
+    host.vars.update(serving_port=server.server_address[1], serving_address="127.0.0.1")
+    spec = load_spec(write(tmp_path, "prompts: [alpha, beta]\nrate_per_s: 10\nmax_new_tokens: 4\n"))
+    driver = LoadDriver(spec, [host]).start()
+    time.sleep(1.05)
+    driver.stop()
+    server.shutdown()
+    counts = driver.snapshot()[host.name]
+    assert 8 <= counts["sent"] <= 12, counts
+    assert counts["ok"] + counts["failed"] <= len(received) <= counts["sent"]
+    assert counts["ok"] >= 1 and counts["failed"] >= 1  # the server fails every second request
+    assert received[0] == ("/generate", {"text": "alpha", "sampling_params": {"max_new_tokens": 4}})
+    assert received[1][1]["text"] == "beta"
