@@ -18,7 +18,6 @@ import ansible_runner
 
 from cutover import resources
 from cutover.config import Host, Inventory
-from cutover.errors import HostError
 
 
 @dataclass
@@ -46,25 +45,8 @@ class PlaybookResult:
     def ok(self) -> bool:
         return self.status == "successful" and self.rc == 0 and all(h.ok for h in self.hosts.values())
 
-    @property
-    def changed(self) -> int:
-        return sum(h.changed for h in self.hosts.values())
-
     def failed(self) -> list[HostOutcome]:
         return [h for h in self.hosts.values() if not h.ok]
-
-    def describe_failures(self) -> str:
-        lines = []
-        for outcome in self.failed():
-            if outcome.unreachable:
-                lines.append(f"host {outcome.name} is unreachable: {outcome.message}")
-            elif outcome.failed_task:
-                lines.append(f"host {outcome.name}: task '{outcome.failed_task}' failed: {outcome.message}")
-            else:
-                lines.append(f"host {outcome.name}: not run (the play stopped before reaching it)")
-        if not lines:
-            lines.append(f"{self.playbook} ended with status {self.status} (rc {self.rc})")
-        return "\n".join(lines)
 
 
 def run_playbook(name: str, inventory: Inventory, hosts: list[Host], *, extravars: dict | None = None,
@@ -126,15 +108,13 @@ def _collect(name: str, runner, hosts: list[Host]) -> PlaybookResult:
         if host in (stats.get("failures") or {}):
             outcome.ok = False
         if stats and host not in (stats.get("processed") or {}):
-            outcome.ok = False  # the play stopped (e.g. canary failed) before this host
-    if runner.status in ("failed", "timeout", "canceled") and not any(not o.ok for o in outcomes.values()):
-        for outcome in outcomes.values():
             outcome.ok = False
+            outcome.message = "not run: the rollout stopped at an earlier host (canary first)"
+    if not stats or (runner.status != "successful" and all(o.ok for o in outcomes.values())):
+        for outcome in outcomes.values():
+            if outcome.ok or outcome.message is None:
+                outcome.ok = False
+                outcome.message = (f"{name} ended with status {runner.status} (rc {runner.rc}) before reaching "
+                                   f"this host: re-run with --verbose to see Ansible's output")
     return PlaybookResult(playbook=name, status=runner.status, rc=runner.rc, hosts=outcomes)
 
-
-def raise_for_failures(result: PlaybookResult, action: str) -> None:
-    """HostError naming every failed or unreachable host."""
-    if not result.ok:
-        raise HostError(f"{action} failed:\n{result.describe_failures()}",
-                        hint="hosts not named here were not affected; fix the cause and re-run (it is safe)")

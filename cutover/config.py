@@ -274,7 +274,8 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     local = values.get("ansible_connection") == "local"
     for key in PATH_VARS + OPERATOR_PATH_VARS + ("serving_kind", "gpu_arch", "tp_size"):
         if isinstance(values.get(key), str) and "{{" in values[key]:
-            raise bad(key, "uses Jinja templating, which cutover does not evaluate", "write a literal value (~ and $VAR are expanded for local hosts)")
+            raise bad(key, "uses Jinja templating, which cutover does not evaluate",
+                      "write a literal value (~ and $VAR are expanded for local hosts)")
     for key in ("cutover_root", "cutover_state_dir"):
         if not isinstance(values.get(key), str) or not values[key]:
             raise bad(key, "is missing", "set it in the host's or a group's vars (see docs/architecture.md)")
@@ -297,15 +298,18 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     if arch != NO_GPU and not (isinstance(arch, str) and ARCH_PATTERN.match(arch)):
         raise bad("gpu_arch", f"must look like sm_120 or be {NO_GPU!r} (no GPU), found {arch!r}")
     if arch == NO_GPU and values["serving_kind"] != "sandbox":
-        raise bad("gpu_arch", "is 'none', which only a sandbox host may declare", "set the host's real arch (e.g. sm_120)")
+        raise bad("gpu_arch", "is 'none', which only a sandbox host may declare",
+                  "set the host's real arch (e.g. sm_120)")
     if "serving_port" in values and not isinstance(values["serving_port"], int):
         raise bad("serving_port", f"must be an integer port, found {values['serving_port']!r}")
-    if values["serving_kind"] == "sglang" and not (values.get("serving_service") or values.get("serving_restart_command")):
+    restart = values.get("serving_restart_command")
+    if values["serving_kind"] == "sglang" and not (values.get("serving_service") or restart):
         raise bad("serving_service", "is missing", "name the systemd unit of SGLang, or set serving_restart_command")
-    if values["serving_kind"] == "sandbox" and not values.get("serving_restart_command"):
-        raise bad("serving_restart_command", "is missing", "a sandbox host needs the command that (re)starts the sandbox")
+    if values["serving_kind"] == "sandbox" and not restart:
+        raise bad("serving_restart_command", "is missing",
+                  "a sandbox host needs the command that (re)starts the sandbox")
     if values.get("cutover_install_plugin") and not values.get("cutover_plugin_wheel"):
-        raise bad("cutover_plugin_wheel", "is missing", "cutover_install_plugin is true: name the plugin wheel to install "
+        raise bad("cutover_plugin_wheel", "is missing", "cutover_install_plugin is true: name the plugin wheel "
                   "(build it with `pip wheel --no-deps -w dist/wheels .`)")
     if not local and not values.get("serving_python"):
         raise bad("serving_python", "is missing", "set the python of the serving environment on the host")

@@ -134,7 +134,7 @@ def _record(line: HostStage, outcome: ansible.HostOutcome, restarting: bool, che
     elif not outcome.ok:
         line.outcome = "failed"
         line.message = (f"task '{outcome.failed_task}': {outcome.message}" if outcome.failed_task
-                        else "not run: the rollout stopped at an earlier host (canary first)")
+                        else outcome.message or "failed")
     elif check:
         line.outcome = "would change" if outcome.changed else "unchanged"
     else:

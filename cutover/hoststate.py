@@ -124,7 +124,8 @@ class HostState:
         if current is None or current.generation != generation:
             found = current.generation if current else "no control file"
             raise HostError(
-                f"host {self.host.name}: control generation is {found}, not {generation}: someone else changed the mode",
+                f"host {self.host.name}: control generation is {found}, not {generation}: "
+                "someone else changed the mode",
                 hint="stop renewing; run `cutover status` to see who acted (journal)",
             )
         current.lease_expires_at = time.time() + ttl_s
@@ -179,7 +180,8 @@ class HostState:
                 raise LockHeldError(
                     f"host {self.host.name} is locked by {held.describe(now)}",
                     hint=f"wait for {held.owner} to finish or ask them; the lock expires at "
-                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at))} (`cutover rollback` is never blocked)",
+                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at))} "
+                    "(`cutover rollback` is never blocked)",
                 )
             stale = f"{self.paths.lock}.stale-{uuid.uuid4().hex[:8]}"
             if self.transport.rename_if_exists(self.paths.lock, stale):

@@ -34,10 +34,6 @@ class Release:
     path: Path
     manifest: dict
 
-    @property
-    def library(self) -> Path:
-        return self.path / self.manifest["library"]
-
 
 @dataclass(frozen=True)
 class BuildResult:

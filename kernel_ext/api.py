@@ -13,6 +13,7 @@ import os
 import torch
 
 from . import _lib
+from .reference import unserved_feature
 
 DIM_QK, DIM_V = 576, 512
 MAX_DRAFT_TOKENS = 64
@@ -41,27 +42,6 @@ def _scale_arg(value, name: str, device: torch.device):
     if isinstance(value, (int, float)):
         return float(value), None
     raise ValueError(f"{name} must be a float or a 1-element tensor, got {type(value).__name__}")
-
-
-def _served_features(custom_mask, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
-                     window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix, skip_extend, page_size,
-                     score_mod, aux_tensors, identity_kv_indices, extra_kwargs) -> bool:
-    return not (
-        extra_kwargs
-        or logit_cap not in (0, 0.0, None)
-        or (sliding_window_size is not None and sliding_window_size > 0)
-        or sinks is not None
-        or window_kv_offsets is not None
-        or (xai_temperature_len is not None and xai_temperature_len > 0)
-        or lse_extend is not None
-        or skip_prefix
-        or skip_extend
-        or page_size != 1
-        or score_mod is not None
-        or aux_tensors is not None
-        or identity_kv_indices
-        or (custom_mask is not None and not skip_prefix_custom_mask)
-    )
 
 
 def _require_last_dim_contiguous(t: torch.Tensor, name: str) -> None:
@@ -107,19 +87,27 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
 
     Not served (returns False): logit_cap, sliding window, sinks, window offsets, xai temperature, lse_extend,
     skip_prefix/skip_extend, score_mod/aux_tensors, identity_kv_indices, page_size != 1,
-    skip_prefix_custom_mask=False, non-bf16 (e.g. fp8) tensors, head dims other than 576/512, more than one KV
-    head, H > 128, T outside 1..64, v_buffer not a view of k_buffer, unaligned tensors, unknown keyword args.
+    skip_prefix_custom_mask=False, requests with different draft counts (q rows != batch * max_len_extend),
+    non-bf16 (e.g. fp8) tensors, head dims other than 576/512, more than one KV head, H > 128, T outside 1..64,
+    v_buffer not a view of k_buffer, unaligned tensors, unknown keyword args.
     """
-    if not _served_features(custom_mask, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
-                            window_kv_offsets, xai_temperature_len, lse_extend, skip_prefix, skip_extend, page_size,
-                            score_mod, aux_tensors, identity_kv_indices, extra_kwargs):
-        return False
     tensors = {"q_extend": q_extend, "k_extend": k_extend, "v_extend": v_extend, "o_extend": o_extend,
                "k_buffer": k_buffer, "v_buffer": v_buffer, "qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
                "kv_indices": kv_indices}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if isinstance(max_len_extend, torch.Tensor) or not isinstance(max_len_extend, int):
+        raise ValueError(f"max_len_extend must be a Python int, got {type(max_len_extend).__name__}")
+    # Features, head dims, draft counts: the same gate as the CPU stand-in (shapes and host values only).
+    if extra_kwargs or unserved_feature(
+            q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, logit_cap=logit_cap,
+            skip_prefix_custom_mask=skip_prefix_custom_mask, sliding_window_size=sliding_window_size, sinks=sinks,
+            window_kv_offsets=window_kv_offsets, xai_temperature_len=xai_temperature_len, lse_extend=lse_extend,
+            skip_prefix=skip_prefix, skip_extend=skip_extend, page_size=page_size, score_mod=score_mod,
+            aux_tensors=aux_tensors, extend_seq_lens_cpu=extend_seq_lens_cpu,
+            identity_kv_indices=identity_kv_indices):
+        return False
     # 1. arch
     device = q_extend.device
     if device.type == "cuda":
@@ -177,8 +165,6 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
         raise ValueError(f"kv_indptr has {kv_indptr.numel()} elements, expected batch+1 = {batch + 1}")
     if custom_mask is not None and mask_indptr.numel() < batch + 1:
         raise ValueError(f"mask_indptr has {mask_indptr.numel()} elements, expected at least batch+1 = {batch + 1}")
-    if isinstance(max_len_extend, torch.Tensor) or not isinstance(max_len_extend, int):
-        raise ValueError(f"max_len_extend must be a Python int, got {type(max_len_extend).__name__}")
     if heads < 1 or heads > MAX_HEADS or max_len_extend < 1 or max_len_extend > MAX_DRAFT_TOKENS:
         return False
     # 6. index dtype

@@ -21,8 +21,8 @@ import time
 import torch
 
 from kernel_ext import api
-from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM, reference_verify_attention
-from kernel_ext.testing import VerifyBatch, compare, random_tree_parents, tree_tail_mask
+from kernel_ext.reference import reference_verify_attention
+from kernel_ext.testing import VerifyBatch, compare, make_verify_batch
 
 TRITON_RATIO = 1.25      # our error vs float64 may be at most this times Triton's
 ABS_BOUND_NO_TRITON = 1e-2
@@ -46,44 +46,9 @@ def load_sglang_triton():
 
 
 def make_case(H: int, T: int, batch: int, prefix, mask: str = "tree", index_dtype=torch.int64, *,
-              seed: int = 0, mask_dtype=torch.bool, q_padded: bool = False, k_scale=1.0, v_scale=1.0,
-              is_causal: bool = True, device="cuda") -> VerifyBatch:
-    """A random target-verify batch built on the device, SGLang's layout (see kernel_ext.testing)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    cpu_gen = torch.Generator().manual_seed(seed)
-    prefix = [prefix] * batch if isinstance(prefix, int) else list(prefix)
-    n, total = batch * T, sum(prefix)
-    pool = 2 * total + 1
-    k_buffer = torch.full((pool, 1, MLA_QK_DIM), math.nan, dtype=torch.bfloat16, device=device)
-    kv_indices = torch.randperm(pool, generator=gen, device=device)[:total]
-    k_buffer[kv_indices] = torch.randn(total, 1, MLA_QK_DIM, generator=gen, device=device).to(torch.bfloat16)
-    k_extend = torch.randn(n, 1, MLA_QK_DIM, generator=gen, device=device).to(torch.bfloat16)
-    if q_padded:  # non-contiguous q: a view into wider rows
-        q = torch.randn(n, H, MLA_QK_DIM + 64, generator=gen, device=device).to(torch.bfloat16)[..., :MLA_QK_DIM]
-    else:
-        q = torch.randn(n, H, MLA_QK_DIM, generator=gen, device=device).to(torch.bfloat16)
-    parents, blocks = [], []
-    for p in prefix:
-        tree = random_tree_parents(T, cpu_gen) if mask == "tree" else list(range(-1, T - 1))
-        parents.append(tree)
-        block = torch.randint(0, 2, (T, p + T), generator=gen, device=device, dtype=torch.uint8).bool()
-        block[:, p:] = tree_tail_mask(tree).to(device)
-        blocks.append(block.flatten())
-
-    def indptr(lengths, dtype):
-        return torch.tensor([0] + list(lengths), dtype=torch.int64).cumsum(0).to(dtype).to(device)
-
-    return VerifyBatch(
-        q=q, k_extend=k_extend, v_extend=k_extend[..., :MLA_V_DIM].contiguous(),
-        o=torch.full((n, H, MLA_V_DIM), math.nan, dtype=torch.bfloat16, device=device),
-        k_buffer=k_buffer, v_buffer=k_buffer[..., :MLA_V_DIM],
-        qo_indptr=indptr([T] * batch, torch.int32), kv_indptr=indptr(prefix, torch.int32),
-        kv_indices=kv_indices.to(index_dtype),
-        custom_mask=None if mask == "causal" else torch.cat(blocks).to(mask_dtype),
-        is_causal=is_causal, mask_indptr=indptr([T * (p + T) for p in prefix], torch.int64),
-        max_len_extend=T, sm_scale=1.0 / math.sqrt(MLA_QK_DIM), k_scale=k_scale, v_scale=v_scale,
-        prefix_lens=prefix, num_draft=T, parents=parents,
-    )
+              device="cuda", **options) -> VerifyBatch:
+    """A random bf16 target-verify batch on the device (kernel_ext.testing.make_verify_batch)."""
+    return make_verify_batch(H, T, batch, prefix, mask, index_dtype, dtype=torch.bfloat16, device=device, **options)
 
 
 def run_case(case: VerifyBatch, triton_fwd, label: dict) -> dict:
@@ -135,7 +100,10 @@ def grid_cases(subset: str):
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.uint8, seed=1004)),
         (dict(H=16, T=8, batch=4, prefix=777, mask="tree", index="int64", q="padded"),
-         lambda: make_case(16, 8, 4, 777, "tree", q_padded=True, seed=1005)),
+         lambda: make_case(16, 8, 4, 777, "tree", q_row_padding=64, seed=1005)),
+        (dict(H=8, T=16, batch=4, prefix=900, mask="tree", index="int64", graph_dtypes="int64 indptr, uint8 mask"),
+         lambda: make_case(8, 16, 4, 900, "tree", qo_indptr_dtype=torch.int64, kv_indptr_dtype=torch.int64,
+                           mask_dtype=torch.uint8, seed=1008)),
         (dict(H=8, T=8, batch=2, prefix=3000, mask="tree", index="int64", scales="0.7/1.3"),
          lambda: make_case(8, 8, 2, 3000, "tree", k_scale=0.7, v_scale=1.3, seed=1006)),
         (dict(H=8, T=8, batch=2, prefix=3000, mask="causal", index="int64", is_causal=False),
@@ -230,6 +198,9 @@ def run(subset: str, use_triton: bool = True) -> dict:
         case = build()
         results.append(run_case(case, triton_fwd, label))
         del case
+        if len(results) % 50 == 0:  # progress, so a run cut short still says how far it got
+            print(f"{sum(r['passed'] for r in results)}/{len(results)} cases passed so far "
+                  f"({time.time() - started:.0f} s)", flush=True)
     checks = check_enable_gate() + check_graph_replay()
     ratios = [r["err_ours"] / r["err_triton"] for r in results if r.get("err_triton")]
     return dict(

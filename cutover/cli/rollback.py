@@ -16,8 +16,10 @@ def rollback(
     ctx: typer.Context,
     to: Annotated[Optional[str], typer.Option(
         "--to", help="`previous`: also switch the current release back to the previous one.")] = None,
-    uninstall: Annotated[bool, typer.Option("--uninstall", help="Also remove the plugin from the serving environment.")] = False,
-    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in each host's journal).")] = "operator rollback",
+    uninstall: Annotated[bool, typer.Option(
+        "--uninstall", help="Also remove the plugin from the serving environment.")] = False,
+    reason: Annotated[str, typer.Option(
+        "--reason", help="Why (recorded in each host's journal).")] = "operator rollback",
     inventory: common.InventoryOpt = None,
     limit: common.LimitOpt = None,
     config_file: common.ConfigOpt = None,
@@ -52,7 +54,8 @@ def rollback(
     failed = [r for r in results if not r.ok]
     if failed:
         raise HostError("rollback incomplete on " + ", ".join(f"{r.name} ({'; '.join(r.messages)})" for r in failed),
-                        hint="re-run `cutover rollback` (it is idempotent); a leased mode also expires to triton by itself")
+                        hint="re-run `cutover rollback` (it is idempotent); "
+                        "a leased mode also expires to triton by itself")
 
 
 def register(app: typer.Typer) -> None:

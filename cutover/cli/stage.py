@@ -20,7 +20,8 @@ def stage(
     releases: Annotated[Optional[Path], typer.Option(
         "--releases-dir", envvar=release.RELEASES_DIR_ENV, show_default=False,
         help="Where release ids are looked up (default: the config's releases_dir, else dist/releases).")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report what would change, change nothing.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Ansible check mode: report what would change, change nothing.")] = False,
     inventory: common.InventoryOpt = None,
     limit: common.LimitOpt = None,
     config_file: common.ConfigOpt = None,

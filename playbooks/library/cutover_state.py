@@ -35,7 +35,11 @@ DOCUMENTATION = r"""
 module: cutover_state
 short_description: Stage and rollback state changes in a cutover state directory
 options:
-  action: {type: str, required: true, choices: [stage, verify_release, wait_release, rollback], description: "what to do"}
+  action:
+    type: str
+    required: true
+    choices: [stage, verify_release, wait_release, rollback]
+    description: "what to do"
   release_dir: {type: path, description: "release directory to verify"}
   files: {type: dict, description: "file name -> sha256 (verify_release)"}
   cutover_root: {type: path, required: true, description: "release root"}

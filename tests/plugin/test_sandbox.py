@@ -134,9 +134,13 @@ def test_mode_switch_is_acknowledged_by_every_rank_within_one_second(sandbox):
     assert time.time() - start < 1.0
     assert sandbox.metric("cutover_mode", rank=0, mode="shadow") == 1
     sandbox.wait_for(lambda: sandbox.metric("cutover_shadow_compared_total", rank=1) > 0, 15, "compared calls")
-    with open(sandbox.paths.stats_file(0)) as handle:
-        lines = [json.loads(line) for line in handle]
-    assert any(line["mode"] == "shadow" and line["layers"] for line in lines)
+
+    def shadow_lines():
+        with open(sandbox.paths.stats_file(1)) as handle:
+            return [line for line in map(json.loads, handle) if line["mode"] == "shadow" and line["layers"]]
+
+    line = sandbox.wait_for(shadow_lines, 5, "a shadow stats line")[-1]
+    assert line["generation"] == 2 and line["kernel"] == "reference (no GPU)"
 
 
 def test_injected_nan_in_the_custom_path_is_counted(sandbox):

@@ -197,3 +197,31 @@ def test_stage_installs_the_plugin_wheel_without_dependencies(invoke, tmp_path, 
     second = invoke("stage", "-i", inventory, "--release", release, "--json")
     assert second.exit_code == 0, second.stderr
     assert json.loads(second.stdout)["hosts"][0]["changed"] == 0
+
+
+def second_release(release, tmp_path):
+    """The same built files under another release id (as a rebuild with other sources would give)."""
+    other = tmp_path / "releases" / f"{release.name}-b"
+    shutil.copytree(release, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["release_id"] = other.name
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    return other
+
+
+def test_rollback_to_previous_switches_the_release_back(invoke, local_inventory, release, tmp_path, state_dir):
+    newer = second_release(release, tmp_path)
+    assert invoke("stage", "-i", local_inventory, "--release", release).exit_code == 0
+    assert invoke("stage", "-i", local_inventory, "--release", newer).exit_code == 0
+    root = tmp_path / "root"
+    assert (os.readlink(root / "current"), os.readlink(root / "previous")) == (
+        f"releases/{newer.name}", f"releases/{release.name}")
+    result = invoke("rollback", "-i", local_inventory, "--to", "previous", "--json")
+    assert result.exit_code == 0, result.stderr
+    (line,) = json.loads(result.stdout)["hosts"]
+    assert line["ok"] and line["release_switched_to"] == release.name
+    assert (os.readlink(root / "current"), os.readlink(root / "previous")) == (
+        f"releases/{release.name}", f"releases/{newer.name}")
+    phase = json.loads((state_dir / "phase.json").read_text())
+    assert (phase["phase"], phase["release_id"]) == ("rolled_back", release.name)
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"

@@ -139,3 +139,11 @@ def test_totals_and_verdict_round_trip():
     verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
     from checks.gates import Verdict
     assert Verdict.from_dict(verdict.to_dict()) == verdict
+
+
+def test_nonfinite_is_reported_before_the_sentinel_divergence_it_causes():
+    """The plugin records 1e30 as rel-L2/max-abs of a non-finite comparison: the reason must say NaN first."""
+    summary = summary_of(record({"3": layer([1e-3, 1e30], max_abs=1e30, nonfinite_custom=1)}))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
+    assert verdict.failures[0].gate == "nonfinite"
+    assert verdict.reasons()[0].startswith("nonfinite: layer 3")

@@ -1,0 +1,124 @@
+"""CPU checks of the kernel's Python surface: argument checking, unsupported cases, build and loader contract.
+
+verify_attention checks in a fixed order (unsupported features, arch, dtype, device, layout, shape, index
+dtype); on a CPU machine the device check is the first that a well-formed call reaches, so every test here
+can tell "declined" (False) from "checked and refused" (ValueError) without a GPU.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_ext import api, build  # noqa: E402
+from kernel_ext import _lib  # noqa: E402
+from kernel_ext.gpu_parity import make_case  # noqa: E402
+
+
+@pytest.fixture
+def case():
+    return make_case(8, 4, 2, [5, 0], "tree", device="cpu", seed=1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(logit_cap=30.0), dict(sliding_window_size=128), dict(sinks=torch.zeros(8)),
+    dict(window_kv_offsets=torch.zeros(2, dtype=torch.int32)), dict(xai_temperature_len=4096),
+    dict(lse_extend=torch.zeros(8, 8)), dict(skip_prefix=True), dict(skip_extend=True), dict(page_size=64),
+    dict(score_mod=lambda *a: a[0]), dict(aux_tensors=[torch.zeros(1)]), dict(identity_kv_indices=True),
+    dict(skip_prefix_custom_mask=False), dict(some_future_sglang_kwarg=1),
+])
+def test_unserved_features_decline_instead_of_raising(case, kwargs):
+    assert api.verify_attention(*case.args(), **kwargs) is False
+
+
+def test_well_formed_call_on_cpu_is_refused_naming_the_device(case):
+    with pytest.raises(ValueError, match=r"q_extend is on cpu; every tensor must be on the same CUDA device"):
+        api.verify_attention(*case.args())
+
+
+def test_non_float_query_names_the_argument(case):
+    args = list(case.args())
+    args[0] = torch.zeros(args[0].shape, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"q_extend must be a floating-point tensor"):
+        api.verify_attention(*args)
+
+
+def test_fp16_or_fp8_kv_is_declined_not_refused(case):
+    args = list(case.args())
+    args[4] = args[4].to(torch.float16)
+    assert api.verify_attention(*args) is False
+
+
+def test_bad_mask_dtype_names_custom_mask(case):
+    args = list(case.args())
+    args[9] = case.custom_mask.to(torch.float32)
+    with pytest.raises(ValueError, match=r"custom_mask must be bool, int8 or uint8"):
+        api.verify_attention(*args)
+
+
+def test_non_tensor_argument_is_named(case):
+    args = list(case.args())
+    args[7] = [0, 5, 5]
+    with pytest.raises(ValueError, match=r"kv_indptr must be a torch.Tensor"):
+        api.verify_attention(*args)
+
+
+def test_importing_kernel_ext_does_not_import_torch():
+    code = "import sys, kernel_ext; print(kernel_ext.ABI_VERSION, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(build.ABI_VERSION), "False"]
+
+
+def test_abi_version_agrees_with_header():
+    header = (build.CSRC / "cutover_verify.h").read_text()
+    assert int(re.search(r"#define CUTOVER_ABI_VERSION (\d+)", header).group(1)) == build.ABI_VERSION
+
+
+def test_ctypes_params_mirror_the_header_field_by_field():
+    header = (build.CSRC / "cutover_verify.h").read_text()
+    body = header[header.index("typedef struct CutoverVerifyParams {"):header.index("} CutoverVerifyParams;")]
+    fields = re.findall(r"^\s*(?:const\s+)?[\w]+\*?\s+\*?(\w+);", body, flags=re.M)
+    assert fields == [name for name, _ in _lib.VerifyParams._fields_]
+
+
+def test_gencode_adds_ptx_of_the_newest_arch():
+    flags, targets = build._gencode_flags(("sm_90a", "sm_120"))
+    assert flags == ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_120,code=sm_120",
+                     "-gencode=arch=compute_120,code=compute_120"]
+    assert targets == "sm_90a,sm_120,compute_120"
+
+
+def test_bad_arch_and_missing_nvcc_raise_build_errors(monkeypatch, tmp_path):
+    with pytest.raises(build.KernelBuildError, match="bad arch 'compute_120'"):
+        build._gencode_flags(("compute_120",))
+    monkeypatch.setenv(build.NVCC_ENV, str(tmp_path / "no-nvcc"))
+    with pytest.raises(build.KernelBuildError, match="does not exist: fix CUTOVER_NVCC or PATH"):
+        build.nvcc_version()
+    assert not list(tmp_path.iterdir())
+
+
+def test_library_path_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv(_lib.LIB_ENV, raising=False)
+    monkeypatch.setenv(_lib.ROOT_ENV, str(tmp_path))
+    assert _lib.default_library_path() == Path(_lib.__file__).resolve().parent / "build" / build.LIBRARY_NAME
+    (tmp_path / "current").mkdir()
+    (tmp_path / "current" / build.LIBRARY_NAME).write_bytes(b"")
+    assert _lib.default_library_path() == tmp_path / "current" / build.LIBRARY_NAME
+    monkeypatch.setenv(_lib.LIB_ENV, "/explicit/lib.so")
+    assert _lib.default_library_path() == Path("/explicit/lib.so")
+
+
+def test_missing_library_says_how_to_build(tmp_path):
+    with pytest.raises(_lib.KernelLibraryError, match="does not exist: build it"):
+        _lib.KernelLibrary(tmp_path / build.LIBRARY_NAME)
+
+
+def test_uneven_draft_counts_are_declined(case):
+    args = list(case.args())
+    args[12] = case.max_len_extend + 1  # SGLang's max_len_extend is the longest extend: lengths differ
+    assert api.verify_attention(*args) is False
