@@ -91,17 +91,19 @@ def shadow(
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
     c.say(f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
           f"{options.policy.source} (lease {lease_ttl:g} s)")
-    live_terminal = not c.options.json and sys.stdout.isatty()
-    if live_terminal:
+    if not c.options.json and sys.stdout.isatty():
         with Live(console=common.console, refresh_per_second=2, transient=False) as live:
-            outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=lambda p: live.update(_render(p)))
+            outcome = run_shadow(c.inventory, c.hosts, c.settings, options,
+                                 on_progress=lambda p: live.update(_render(p)))
     else:
+        out = common.err_console if c.options.json else common.console
         last = [0.0]
 
         def plain(p: Progress) -> None:
+            """One unwrapped line every PLAIN_PROGRESS_EVERY_S (logs, CI, --json on stderr)."""
             if time.monotonic() - last[0] >= PLAIN_PROGRESS_EVERY_S:
                 last[0] = time.monotonic()
-                c.say(_headline(p))
+                out.print(_headline(p), highlight=False, soft_wrap=True)
 
         outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=plain)
     record = outcome.record
