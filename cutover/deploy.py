@@ -8,13 +8,14 @@ either the old or the new release current, never a half-copied one, and a re-run
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
 from cutover import ansible
 from cutover.config import Host, Inventory, Settings
-from cutover.errors import CutoverError, HostError
+from cutover.errors import ConfigError, CutoverError, HostError
 from cutover.hoststate import HostState, LockRecord
 from cutover.release import Release
 from cutover.transport import open_transport
@@ -56,6 +57,11 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
                   verbose: bool = False) -> StageReport:
     """Stage `release` on `hosts` (rollout order). Raises before changing anything if a host's phase or
     lock forbids it or preflight fails; per-host failures of the stage itself are in the report."""
+    for host in hosts:
+        wheel = host.vars.get("cutover_plugin_wheel")
+        if host.manages_plugin and not os.path.isfile(wheel):
+            raise ConfigError(f"{host.inventory_file}: host {host.name!r}: field 'cutover_plugin_wheel': {wheel} "
+                              f"does not exist", hint="build it with `pip wheel --no-deps -w dist/wheels .`")
     report = StageReport(release.release_id, check, [HostStage(h.name) for h in hosts])
     by_name = {h.name: h for h in report.hosts}
     states: dict[str, HostState] = {}

@@ -19,6 +19,12 @@ ROOT_ENV = "CUTOVER_ROOT"
 # CutoverStatus and CutoverDtype of csrc/cutover_verify.h
 OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_WORKSPACE, ERR_CUDA, ERR_ARCH = range(6)
 DTYPE_INT32, DTYPE_INT64, DTYPE_UINT8, DTYPE_BF16, DTYPE_FP32 = 1, 2, 3, 4, 5
+# CutoverShadowCounter: the per-layer float64 counters row cutover_shadow_accumulate updates (a CPU test checks
+# these against the header; cutover/plugin/devicestate.py takes its layout from here).
+(COUNTER_CALLS, COUNTER_RESERVED, COUNTER_SERVE_BAD_O, COUNTER_SERVED, COUNTER_SAMPLE_BAD_SCRATCH,
+ COUNTER_SAMPLE_BAD_O, COUNTER_COMPARED, COUNTER_REL_L2_MAX, COUNTER_MAX_ABS, COUNTER_HIST) = range(10)
+NONFINITE_SENTINEL = 1.0e30  # CUTOVER_NONFINITE_SENTINEL
+SHADOW_WORKSPACE_BYTES = 4352  # CUTOVER_SHADOW_WORKSPACE_BYTES: one layer's shadow_accumulate workspace
 
 
 class KernelLibraryError(RuntimeError):
@@ -53,6 +59,9 @@ class VerifyParams(ctypes.Structure):
         ("o", ctypes.c_void_p),
         ("o_stride_token", ctypes.c_int64),
         ("o_stride_head", ctypes.c_int64),
+        ("o_alt", ctypes.c_void_p),
+        ("o_alt_stride_token", ctypes.c_int64),
+        ("o_alt_stride_head", ctypes.c_int64),
         ("kv_buffer", ctypes.c_void_p),
         ("kv_buffer_stride_row", ctypes.c_int64),
         ("qo_indptr", ctypes.c_void_p),
@@ -113,6 +122,10 @@ class KernelLibrary:
         lib.cutover_verify_attention.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p]
         lib.cutover_verify_gate.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lib.cutover_shadow_accumulate.argtypes = (
+            [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
+            + [ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+               ctypes.c_void_p, ctypes.c_void_p])
         found = lib.cutover_abi_version()
         if found != ABI_VERSION:
             raise KernelLibraryError(
@@ -157,6 +170,14 @@ class KernelLibrary:
         code = self._lib.cutover_verify_gate(gate_state, qo_indptr, qo_indptr_gated, n, int(is_int64),
                                              custom_enable, ctypes.c_void_p(stream))
         self._check(code, "cutover_verify_gate")
+
+    def shadow_accumulate(self, o: tuple[int, int, int], scratch: tuple[int, int, int], tokens: int, heads: int,
+                          enable: int, counters: int, bin_edges: int, num_edges: int, workspace: int,
+                          stream: int) -> None:
+        """Enqueue the fused shadow epilogue; o and scratch are (pointer, token stride, head stride)."""
+        code = self._lib.cutover_shadow_accumulate(*o, *scratch, tokens, heads, enable, counters, bin_edges,
+                                                   num_edges, workspace, ctypes.c_void_p(stream))
+        self._check(code, "cutover_shadow_accumulate")
 
 
 _loaded: KernelLibrary | None = None

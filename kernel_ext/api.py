@@ -59,7 +59,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                      logit_cap=0.0, skip_prefix_custom_mask=True, sliding_window_size=-1, sinks=None,
                      window_kv_offsets=None, xai_temperature_len=-1, lse_extend=None, skip_prefix=False,
                      skip_extend=False, page_size=1, score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
-                     identity_kv_indices=False, *, enable=None, workspace=None, **extra_kwargs) -> bool:
+                     identity_kv_indices=False, *, enable=None, o_alt=None, workspace=None,
+                     **extra_kwargs) -> bool:
     """Tree-masked MLA verify attention into `o_extend`; True if served, False if the caller must fall back.
 
     N = total draft tokens, B = batch (qo_indptr.numel() - 1), H = heads, T = max_len_extend (draft tokens per
@@ -82,6 +83,9 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                  KV-pool part only, as SGLang does.
     sm_scale     float or None (None or 0: 1/sqrt(576), as SGLang)
     enable       optional int32 device tensor: when enable[0] == 0 the kernels exit at once, writing nothing.
+    o_alt        optional bf16 [N, H, 512] (the shadow scratch), needs enable with 2 flags {serve, sample}: the
+                 kernels then choose on the device: serve -> o_extend, else sample -> o_alt, else nothing. One
+                 captured launch thus serves both the custom mode and the shadow samples.
     workspace    optional uint8 device tensor of at least `workspace_bytes(...)` bytes; otherwise one is taken
                  from torch's caching allocator (graph-pool safe).
 
@@ -120,11 +124,13 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
             raise ValueError(f"{name} must be a floating-point tensor (bf16), got {dt}")
         if dt != torch.bfloat16:
             return False  # fp16 / fp32 / fp8 KV: Triton serves it
+    if o_alt is not None and (not isinstance(o_alt, torch.Tensor) or o_alt.dtype != o_extend.dtype):
+        raise ValueError(f"o_alt must be a tensor of o_extend's dtype {o_extend.dtype}")
     if custom_mask is not None and custom_mask.dtype not in MASK_DTYPES:
         raise ValueError(f"custom_mask must be bool, int8 or uint8, got {custom_mask.dtype}")
     # 3. device
     extra = {"custom_mask": custom_mask, "mask_indptr": mask_indptr if custom_mask is not None else None,
-             "enable": enable, "workspace": workspace}
+             "enable": enable, "o_alt": o_alt, "workspace": workspace}
     for name, t in list(tensors.items()) + [(k, v) for k, v in extra.items() if v is not None]:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -142,7 +148,9 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
         raise ValueError("mask_indptr must be a contiguous 1-D tensor when custom_mask is given")
     if v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.stride(0) != k_buffer.stride(0):
         return False  # the kernel reads V as the first 512 dims of each K row
-    if not all(_vector_friendly(tensors[name]) for name in data):
+    if o_alt is not None:
+        _require_last_dim_contiguous(o_alt, "o_alt")
+    if not all(_vector_friendly(t) for t in [tensors[name] for name in data] + [o_alt] if t is not None):
         return False
     # 5. shape
     if q_extend.dim() != 3 or k_extend.dim() != 3 or v_extend.dim() != 3 or o_extend.dim() != 3:
@@ -158,6 +166,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                           ("o_extend", o_extend, (n_tok, heads, DIM_V))):
         if tuple(t.shape) != want:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want} from q_extend {tuple(q_extend.shape)}")
+    if o_alt is not None and o_alt.shape != o_extend.shape:
+        raise ValueError(f"o_alt has shape {tuple(o_alt.shape)}, expected o_extend's {tuple(o_extend.shape)}")
     batch = qo_indptr.numel() - 1
     if batch < 1:
         raise ValueError(f"qo_indptr must have batch+1 >= 2 elements, got {qo_indptr.numel()}")
@@ -174,6 +184,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
             raise ValueError(f"{name} must be int32 or int64, got {t.dtype}")
     if enable is not None and (enable.dtype != torch.int32 or enable.numel() < 1):
         raise ValueError(f"enable must be an int32 device tensor with >= 1 element, got {enable.dtype}")
+    if o_alt is not None and (enable is None or enable.numel() < 2 or not enable.is_contiguous()):
+        raise ValueError("o_alt needs enable: a contiguous int32 device tensor of 2 flags {serve, sample}")
 
     ks = _scale_arg(k_scale, "k_scale", device)
     vs = _scale_arg(v_scale, "v_scale", device)
@@ -195,6 +207,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     p.k_extend, p.k_extend_stride_token = k_extend.data_ptr(), k_extend.stride(0)
     p.v_extend, p.v_extend_stride_token = v_extend.data_ptr(), v_extend.stride(0)
     p.o, p.o_stride_token, p.o_stride_head = o_extend.data_ptr(), o_extend.stride(0), o_extend.stride(1)
+    if o_alt is not None:
+        p.o_alt, p.o_alt_stride_token, p.o_alt_stride_head = o_alt.data_ptr(), o_alt.stride(0), o_alt.stride(1)
     p.kv_buffer, p.kv_buffer_stride_row = k_buffer.data_ptr(), k_buffer.stride(0)
     p.qo_indptr, p.qo_indptr_dtype = qo_indptr.data_ptr(), INDEX_DTYPES[qo_indptr.dtype]
     p.kv_indptr, p.kv_indptr_dtype = kv_indptr.data_ptr(), INDEX_DTYPES[kv_indptr.dtype]
@@ -255,3 +269,46 @@ def verify_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable) -> None:
     lib.verify_gate(gate_state.data_ptr(), qo_indptr.data_ptr(), qo_indptr_gated.data_ptr(), qo_indptr.numel(),
                     qo_indptr.dtype == torch.int64, custom_enable.data_ptr(),
                     torch.cuda.current_stream(gate_state.device).cuda_stream)
+
+
+def _bf16_rows(t, name: str, like=None):
+    """(pointer, token stride, head stride) of a bf16 [N, H, 512] tensor the epilogue reads 16 bytes at a time."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor")
+    if t.dtype != torch.bfloat16 or t.dim() != 3 or t.shape[2] != DIM_V:
+        raise ValueError(f"{name} must be bf16 [tokens, heads, {DIM_V}], got {t.dtype} {tuple(t.shape)}")
+    if like is not None and (t.shape != like.shape or t.device != like.device):
+        raise ValueError(f"{name} must match o: {tuple(t.shape)} on {t.device} vs {tuple(like.shape)} on {like.device}")
+    _require_last_dim_contiguous(t, name)
+    if not _vector_friendly(t):
+        raise ValueError(f"{name} must be 16-byte aligned with strides that are multiples of 8 elements, got "
+                         f"{tuple(t.stride())}")
+    return t.data_ptr(), t.stride(0), t.stride(1)
+
+
+def shadow_accumulate(o, scratch, enable, counters, bin_edges, workspace) -> None:
+    """Fused shadow epilogue, one launch on the current stream (CUDA-graph capturable; docs/kernel.md).
+
+    o          bf16 [N, H, 512]  stock's output (shadow) or ours (custom)
+    scratch    bf16 [N, H, 512]  ours in a shadow sample (read only then)
+    enable     int32 [2]  the gate's flags {serve, sample}; both 0: only counters[CALLS] += 1
+    counters   float64 [COUNTER_HIST + len(bin_edges) + 1]  this layer's counters (_lib.COUNTER_*), updated
+    bin_edges  float64 [E]  ascending rel-L2 histogram edges (cutover.hostlayout.REL_L2_BIN_EDGES)
+    workspace  uint8 [_lib.SHADOW_WORKSPACE_BYTES]  this layer's, zero-filled once; calls on it must be stream-ordered
+    """
+    o_ptr = _bf16_rows(o, "o")
+    s_ptr = _bf16_rows(scratch, "scratch", like=o)
+    for name, t, dtype in (("enable", enable, torch.int32), ("counters", counters, torch.float64),
+                           ("bin_edges", bin_edges, torch.float64), ("workspace", workspace, torch.uint8)):
+        if not isinstance(t, torch.Tensor) or t.device != o.device or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous {dtype} tensor on {o.device}")
+    if enable.numel() < 2:
+        raise ValueError(f"enable must hold the 2 flags {{serve, sample}}, got {enable.numel()} elements")
+    if counters.numel() < _lib.COUNTER_HIST + bin_edges.numel() + 1:
+        raise ValueError(f"counters has {counters.numel()} elements, the layout needs "
+                         f"{_lib.COUNTER_HIST + bin_edges.numel() + 1}")
+    if workspace.numel() < _lib.SHADOW_WORKSPACE_BYTES or workspace.data_ptr() % 16:
+        raise ValueError(f"workspace must be 16-byte aligned with >= {_lib.SHADOW_WORKSPACE_BYTES} bytes")
+    _lib.load_library().shadow_accumulate(
+        o_ptr, s_ptr, o.shape[0], o.shape[1], enable.data_ptr(), counters.data_ptr(), bin_edges.data_ptr(),
+        bin_edges.numel(), workspace.data_ptr(), torch.cuda.current_stream(o.device).cuda_stream)

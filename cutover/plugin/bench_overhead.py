@@ -99,11 +99,11 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     return row
 
 
-def markdown(rows: list[dict], device_name: str, fused_epilogue: bool) -> str:
+def markdown(rows: list[dict], device_name: str, dispatch: str) -> str:
     head = ("| H | T | batch | prefix | stock us | custom bare us | plugin triton us | plugin shadow us | "
             "plugin custom us | idle overhead us | custom overhead us | shadow overhead us | custom speedup |")
     lines = [f"Plugin overhead per verify call, CUDA-graph replay, {device_name} "
-             f"({CALLS_PER_GRAPH} calls per graph; shadow epilogue: {'fused' if fused_epilogue else 'torch ops'})",
+             f"({CALLS_PER_GRAPH} calls per graph; dispatch: {dispatch})",
              "", head, "|" + "---|" * 13]
     for r in rows:
         lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['stock_us']:.1f} | "
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (run it through the device tool)")
+    import kernel_ext
     from cutover.hostlayout import HostPaths
     from cutover.plugin.hooks import resolve_stock_kernel
     from cutover.plugin.kernels import CudaKernels
@@ -135,13 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench_shape(shape, args.reps, runtime, paths, stock, generations) for shape in SHAPES]
     runtime.control.stop(clean=True)
     device_name = torch.cuda.get_device_name()
-    fused = runtime.kernels._fused_epilogue is not None
+    dispatch = ("gate + one custom launch (output chosen on the device) + stock + fused epilogue "
+                "(kernel_ext.shadow_accumulate)")
     os.makedirs(args.out, exist_ok=True)
     document = {"device": device_name, "torch": torch.__version__, "stock_module": stock_module,
-                "calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "fused_epilogue": fused, "rows": rows}
+                "calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "abi_version": kernel_ext.ABI_VERSION,
+                "dispatch": dispatch, "rows": rows}
     with open(os.path.join(args.out, "plugin_overhead.json"), "w") as handle:
         json.dump(document, handle, indent=2)
-    table = markdown(rows, device_name, fused)
+    table = markdown(rows, device_name, dispatch)
     with open(os.path.join(args.out, "plugin_overhead.md"), "w") as handle:
         handle.write(table)
     print(table)

@@ -6,6 +6,8 @@ Per layer (row ``l``), preallocated once for ``MAX_LAYERS`` layers:
 * ``enable[l]``   int32[2]  written by the gate on every call: [0] serve (our kernel writes ``o``),
                             [1] shadow sample (our kernel writes the scratch buffer, the epilogue compares)
 * ``counters[l]`` float64[COUNTER_WIDTH], monotonic since the generation was applied (layout below)
+* ``epilogue_workspace[l]`` uint8, the fused epilogue's per-layer reduction scratch (zeroed once, then owned
+                            by kernel_ext; never reset from here: that would race a running epilogue)
 
 Only the control thread changes ``gate[:, 0:2]``, with a copy on a side stream (CUDA) followed by a sync of
 that side stream, never of the compute stream. The hot path only reads and bumps these tensors in place.
@@ -18,19 +20,21 @@ import threading
 import torch
 
 from cutover.hostlayout import REL_L2_BIN_EDGES
+from kernel_ext import _lib
 
 MAX_LAYERS = 512
 MODE_CODES = {"triton": 0, "shadow": 1, "custom": 2}
 
-# counters row layout (float64: exact integer counts up to 2**53). CELLS hold the outer product of the gate's
-# flags [serve, sample] with [bad(scratch), bad(o), 1] (one add per call for every count): the non-finite
-# counts per kernel are sums of cells (nonfinite_custom / nonfinite_stock below).
-CALLS = 0
-CELLS = 1  # serve*bad(scratch) (unused: no scratch in custom mode), serve*bad(o), serve, sample*bad(scratch),
-#            sample*bad(o), sample
-SERVE_BAD_O, SERVED, SAMPLE_BAD_SCRATCH, SAMPLE_BAD_O, COMPARED = 2, 3, 4, 5, 6
-REL_L2_MAX, MAX_ABS = 7, 8
-HIST = 9
+# counters row layout (float64: exact integer counts up to 2**53), defined once by the kernel library's ABI
+# (CutoverShadowCounter in kernel_ext/csrc/cutover_verify.h, mirrored by kernel_ext._lib): the fused epilogue
+# and torch_shadow_epilogue below write the same cells. The non-finite counts per kernel are sums of cells
+# (nonfinite_custom / nonfinite_stock below).
+CALLS = _lib.COUNTER_CALLS
+SERVE_BAD_O, SERVED = _lib.COUNTER_SERVE_BAD_O, _lib.COUNTER_SERVED
+SAMPLE_BAD_SCRATCH, SAMPLE_BAD_O, COMPARED = (_lib.COUNTER_SAMPLE_BAD_SCRATCH, _lib.COUNTER_SAMPLE_BAD_O,
+                                               _lib.COUNTER_COMPARED)
+REL_L2_MAX, MAX_ABS = _lib.COUNTER_REL_L2_MAX, _lib.COUNTER_MAX_ABS
+HIST = _lib.COUNTER_HIST
 HIST_BINS = len(REL_L2_BIN_EDGES) + 1
 COUNTER_WIDTH = HIST + HIST_BINS
 
@@ -47,13 +51,13 @@ def nonfinite_stock(counters: torch.Tensor) -> torch.Tensor:
 
 # A comparison with a non-finite value records this (finite, JSON-safe) relative L2 / max abs, lands in the
 # last histogram bucket, and is counted in the non-finite counters.
-NONFINITE_SENTINEL = 1.0e30
+NONFINITE_SENTINEL = _lib.NONFINITE_SENTINEL
 
 
 class LayerSlots:
     """Views of one layer's rows (made once, so the hot path slices nothing)."""
 
-    __slots__ = ("gate", "enable", "serve", "sample", "counters", "calls")
+    __slots__ = ("gate", "enable", "serve", "sample", "counters", "calls", "epilogue_workspace")
 
     def __init__(self, state: "DeviceState", layer: int):
         self.gate = state.gate[layer]
@@ -62,6 +66,7 @@ class LayerSlots:
         self.sample = self.enable[1:2]
         self.counters = state.counters[layer]
         self.calls = self.counters[CALLS : CALLS + 1]
+        self.epilogue_workspace = state.epilogue_workspace[layer]
 
 
 class DeviceState:
@@ -75,6 +80,8 @@ class DeviceState:
         self.enable = torch.zeros(max_layers, 2, dtype=torch.int32, device=self.device)
         self.counters = torch.zeros(max_layers, COUNTER_WIDTH, dtype=torch.float64, device=self.device)
         self.bin_edges = torch.tensor(REL_L2_BIN_EDGES, dtype=torch.float64, device=self.device)
+        self.epilogue_workspace = torch.zeros(max_layers, _lib.SHADOW_WORKSPACE_BYTES, dtype=torch.uint8,
+                                              device=self.device)
         self._slots: dict[int, LayerSlots] = {}
         self._lock = threading.Lock()
         is_cuda = self.device.type == "cuda"
@@ -141,30 +148,31 @@ def torch_shadow_epilogue(o: torch.Tensor, scratch: torch.Tensor, enable: torch.
                           bin_edges: torch.Tensor) -> None:
     """Accumulate one verify call into a layer's counters; ``enable`` = the gate's [serve, sample] flags.
 
-    This is the specification a fused kernel must match. ``o`` holds stock's output (shadow) or ours (custom);
-    ``scratch`` ours in a shadow sample. With w = sample: rel_l2 = ||scratch - o||_2 / ||o||_2, max_abs =
-    max |scratch - o| (difference in the outputs' dtype, norms accumulated in float32); either is
-    NONFINITE_SENTINEL when not finite. Updates: CALLS += 1; CELLS += [serve, w] x [bad(scratch), bad(o), 1]
-    (bad = the output holds a non-finite value); REL_L2_MAX and MAX_ABS = max(old, value * w);
-    HIST[bucket(rel_l2)] += w, bucket k holding [REL_L2_BIN_EDGES[k-1], REL_L2_BIN_EDGES[k]), the last >= 1.0.
-    In custom mode the served output itself is checked (cell serve*bad(o)), so a NaN after promote is counted.
-
-    About 20 small launches, captured in the graph and run in every mode (they cannot be skipped by data):
-    kernel_ext's fused ``shadow_epilogue``, when present, replaces them.
+    The specification of kernel_ext's fused ``shadow_accumulate`` (the CUDA path; tests/gpu checks the two
+    agree), and the CPU path. ``o`` holds stock's output (shadow) or ours (custom); ``scratch`` ours in a shadow
+    sample. With w = sample: rel_l2 = ||scratch - o||_2 / ||o||_2, max_abs = max |scratch - o| (difference and
+    norms in float32); both are NONFINITE_SENTINEL when either output holds a non-finite value. Updates:
+    CALLS += 1; SERVED += serve, SERVE_BAD_O += serve * bad(o); COMPARED += w, SAMPLE_BAD_SCRATCH += w *
+    bad(scratch), SAMPLE_BAD_O += w * bad(o) (bad = holds a non-finite value); REL_L2_MAX and MAX_ABS =
+    max(old, value * w); HIST[bucket(rel_l2)] += w, bucket k holding [REL_L2_BIN_EDGES[k-1],
+    REL_L2_BIN_EDGES[k]), the last >= 1.0. In custom mode the served output itself is checked, so a NaN after
+    promote is counted. The scratch is garbage unless w = 1: nothing it holds reaches the counters otherwise.
     """
     flags = enable.to(torch.float64)  # [serve, w]
-    diff = scratch - o  # in the outputs' dtype: exact where they are close (Sterbenz)
-    norms = torch.stack([torch.linalg.vector_norm(scratch, dtype=torch.float32),
-                         torch.linalg.vector_norm(o, dtype=torch.float32),
-                         torch.linalg.vector_norm(diff, dtype=torch.float32),
-                         torch.linalg.vector_norm(diff, ord=float("inf"), dtype=torch.float32)]).double()
-    bad = torch.nan_to_num(norms * 0.0, nan=1.0)  # 1 where a norm is non-finite: inf*0 and nan*0 are nan
-    columns = torch.nn.functional.pad(bad[0:2], (0, 1), value=1.0)  # [bad(scratch), bad(o), 1]
+    o32, scratch32 = o.float(), scratch.float()
+    diff = scratch32 - o32
+    bad = torch.stack([torch.logical_not(torch.isfinite(scratch32)).any(),
+                       torch.logical_not(torch.isfinite(o32)).any()]).double()  # [bad(scratch), bad(o)]
+    columns = torch.nn.functional.pad(bad, (0, 1), value=1.0)  # [bad(scratch), bad(o), 1]
     counters[CALLS].add_(1.0)
-    counters[CELLS : CELLS + 6].add_((flags[:, None] * columns[None, :]).view(-1))
-    rel = norms[2:3] / norms[1:2].clamp_min(1e-30)
-    values = torch.nan_to_num(torch.cat([rel, norms[3:4]]), nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL,
-                              neginf=NONFINITE_SENTINEL)  # [rel_l2, max_abs]
+    # [serve, w] x [bad(scratch), bad(o), 1] without serve*bad(scratch) (no scratch in custom mode): the cells
+    # SERVE_BAD_O, SERVED, SAMPLE_BAD_SCRATCH, SAMPLE_BAD_O, COMPARED, in this order.
+    counters[SERVE_BAD_O : COMPARED + 1].add_((flags[:, None] * columns[None, :]).view(-1)[1:])
+    norms = torch.stack([torch.linalg.vector_norm(diff), torch.linalg.vector_norm(o32).clamp_min(1e-30),
+                         torch.linalg.vector_norm(diff, ord=float("inf"))]).double()
+    values = torch.stack([norms[0] / norms[1], norms[2]])  # [rel_l2, max_abs]
+    values = torch.where(bad.sum() > 0, torch.full_like(values, NONFINITE_SENTINEL),
+                         torch.nan_to_num(values, nan=NONFINITE_SENTINEL, posinf=NONFINITE_SENTINEL))
     maxima = counters[REL_L2_MAX : MAX_ABS + 1]
     torch.maximum(maxima, values * flags[1:2], out=maxima)
     bucket = torch.bucketize(values[0:1], bin_edges, right=True)

@@ -5,11 +5,12 @@ opens when ``forward_batch.forward_mode.is_target_verify()`` (and the sandbox op
 steps). Every other call goes straight to SGLang's kernel. For a verify call, always the same launches,
 whatever the mode (so one captured graph serves every mode):
 
-    gate(layer)                      bumps the call counter, writes enable flags and qo_indptr_gated
-    ours -> o        enable=serve    custom mode: our kernel serves the output
-    ours -> scratch  enable=sample   shadow mode, sampled call: our kernel into a preallocated scratch
+    gate(layer)                      bumps the call counter, writes enable = [serve, sample] and qo_indptr_gated
+    ours(o, scratch, enable)         one launch; on the device: serve -> writes o (custom mode), else sample ->
+                                     writes the preallocated scratch (sampled shadow call), else exits at once
     stock(qo_indptr_gated)           SGLang's kernel; an empty extend (custom mode) does no work
-    epilogue(o, scratch, enable)     accounting into the layer's device counters (custom mode: o's finiteness)
+    epilogue(o, scratch, enable)     one launch: counts the call; with a flag set, accounts the layer's device
+                                     counters (shadow: divergence; custom: o's finiteness), else exits at once
 
 If our kernel does not serve the call shape (returns False: a static decision made from shapes, dtypes and
 flags, hence the same at capture and at every replay), stock runs with the real qo_indptr and nothing else
@@ -102,18 +103,16 @@ class VerifyDispatcher:
         scratch = runtime.buffers.like("o", o)
         kernels.gate(slots.gate, qo_indptr, gated, slots.enable)
         try:
-            served = kernels.custom(args, kwargs, o, slots.serve)
-            shadowed = served and kernels.custom(args, kwargs, scratch, slots.sample)
+            served = kernels.custom(args, kwargs, o, scratch, slots.enable)
         except Exception as exc:  # noqa: BLE001 - a refusing or broken custom path falls back to Triton
             runtime.note_problem(f"custom kernel raised {type(exc).__name__}: {exc}; this shape stays on Triton")
-            served = shadowed = False
+            served = False
         if not served:
             runtime.note_fallback_shape(tuple(o.shape), o.dtype)
             slots.calls.add_(1.0)
             return self.stock(*args, **kwargs)
         result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
-        if shadowed:
-            kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges)
-            if runtime.control.mode_active == "shadow" and not _is_capturing(o):
-                runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
+        kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges, slots.epilogue_workspace)
+        if runtime.control.mode_active == "shadow" and not _is_capturing(o):
+            runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
         return result

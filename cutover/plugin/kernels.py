@@ -3,10 +3,13 @@
 Both present one interface to the dispatcher:
 
 * ``gate(gate_row, qo_indptr, qo_indptr_gated, enable)``: the captured gate (see devicestate.torch_gate);
-* ``custom(args, kwargs, out, enable) -> bool``: our kernel on SGLang's positional ``args`` with ``o``
-  replaced by ``out``; it exits at once when ``enable[0] == 0``; False means "this call shape is not served"
-  and depends only on shapes, dtypes and flags, so it is the same at capture time and at every replay;
-* ``epilogue(o, scratch, enable, counters, bin_edges)``: the accounting (devicestate.torch_shadow_epilogue);
+* ``custom(args, kwargs, o, scratch, enable) -> bool``: our kernel on SGLang's positional ``args``, ONE launch
+  whose output is chosen on the device from the gate's flags ``enable`` = [serve, sample]: serve -> ``o``,
+  else sample -> ``scratch``, else it exits at once. False means "this call shape is not served" and depends
+  only on shapes, dtypes and flags, so it is the same at capture time and at every replay;
+* ``epilogue(o, scratch, enable, counters, bin_edges, workspace)``: the accounting (the semantics of
+  devicestate.torch_shadow_epilogue; on CUDA kernel_ext's fused ``shadow_accumulate``, one launch that exits at
+  once unless a flag is set; ``workspace`` is the layer's reduction scratch);
 * ``label``: what computes the custom path, as heartbeats and stats name it.
 """
 
@@ -36,7 +39,7 @@ def replace_arg(args: tuple, index: int, value) -> tuple:
 
 
 class CudaKernels:
-    """kernel_ext's CUDA kernel, gate and (when the release has one) fused shadow epilogue."""
+    """kernel_ext's CUDA kernel, gate and fused shadow epilogue (``kernel_ext.api``)."""
 
     label = CUDA_LABEL
 
@@ -44,7 +47,7 @@ class CudaKernels:
         self._verify_attention = kernel_ext_module.verify_attention
         self._workspace_bytes = kernel_ext_module.workspace_bytes
         self._fused_gate = getattr(kernel_ext_module, "verify_gate", None)
-        self._fused_epilogue = getattr(kernel_ext_module, "shadow_epilogue", None)
+        self._fused_epilogue = kernel_ext_module.shadow_accumulate
         self._workspace: dict[torch.device, torch.Tensor] = {}
         self._retired: list[torch.Tensor] = []  # graphs captured earlier still point into these
 
@@ -67,15 +70,12 @@ class CudaKernels:
         else:
             torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
-    def custom(self, args, kwargs, out, enable) -> bool:
-        return bool(self._verify_attention(*replace_arg(args, O_INDEX, out), enable=enable,
+    def custom(self, args, kwargs, o, scratch, enable) -> bool:
+        return bool(self._verify_attention(*replace_arg(args, O_INDEX, o), enable=enable, o_alt=scratch,
                                            workspace=self._workspace_for(args), **kwargs))
 
-    def epilogue(self, o, scratch, enable, counters, bin_edges) -> None:
-        if self._fused_epilogue is not None:
-            self._fused_epilogue(o, scratch, enable, counters, bin_edges)
-        else:
-            torch_shadow_epilogue(o, scratch, enable, counters, bin_edges)
+    def epilogue(self, o, scratch, enable, counters, bin_edges, workspace) -> None:
+        self._fused_epilogue(o, scratch, enable, counters, bin_edges, workspace)
 
 
 class ReferenceKernels:
@@ -102,12 +102,13 @@ class ReferenceKernels:
         bound = self._signature.bind(*args, **kwargs).arguments
         return self._unserved(**{k: v for k, v in bound.items() if k in self._unserved_params}) is None
 
-    def custom(self, args, kwargs, out, enable) -> bool:
-        if not int(enable[0]):
+    def custom(self, args, kwargs, o, scratch, enable) -> bool:
+        serve, sample = (int(flag) for flag in enable[:2])
+        if not (serve or sample):
             return self.served(args, kwargs)
-        return bool(self._splitk(*replace_arg(args, O_INDEX, out), **kwargs))
+        return bool(self._splitk(*replace_arg(args, O_INDEX, o if serve else scratch), **kwargs))
 
-    def epilogue(self, o, scratch, enable, counters, bin_edges) -> None:
+    def epilogue(self, o, scratch, enable, counters, bin_edges, workspace) -> None:
         torch_shadow_epilogue(o, scratch, enable, counters, bin_edges)
 
 
@@ -147,11 +148,9 @@ def select_kernels(device: torch.device, release_dir: str | None):
     if problem:
         raise KernelUnavailable(problem)
     try:
-        import kernel_ext
+        from kernel_ext import api
     except ImportError as exc:
         raise KernelUnavailable(f"kernel library not importable: {exc}") from exc
-    if not hasattr(kernel_ext, "verify_attention"):
-        raise KernelUnavailable("kernel_ext has no verify_attention (kernel library missing from this install)")
     library = os.path.join(release_dir, KERNEL_LIBRARY) if release_dir else None
     if library and not os.path.exists(library):
         library = None
@@ -161,4 +160,4 @@ def select_kernels(device: torch.device, release_dir: str | None):
         _lib.load_library(library)  # None: kernel_ext's own search (CUTOVER_KERNEL_LIB, $CUTOVER_ROOT/current, ...)
     except Exception as exc:  # noqa: BLE001 - any load failure keeps the rank on Triton
         raise KernelUnavailable(f"kernel library {library or '(default search)'} did not load: {exc}") from exc
-    return CudaKernels(kernel_ext)
+    return CudaKernels(api)

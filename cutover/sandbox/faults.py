@@ -85,14 +85,16 @@ class FaultyKernels:
     def epilogue(self, *args) -> None:
         self.inner.epilogue(*args)
 
-    def custom(self, args, kwargs, out, enable) -> bool:
-        served = self.inner.custom(args, kwargs, out, enable)
+    def custom(self, args, kwargs, o, scratch, enable) -> bool:
+        served = self.inner.custom(args, kwargs, o, scratch, enable)
         layer = current_verify_layer()
         if served and layer is not None and 0 <= layer < self.strength.shape[0]:
-            weight = enable.to(torch.float32) * 1.0
-            rel, nan_flag = self.strength[layer, 0:1] * weight, self.strength[layer, 1:2] * weight
-            out.mul_((1.0 + rel).to(out.dtype))
-            first = out.view(-1)[0:1]
-            first.copy_(torch.where(nan_flag > 0, torch.full_like(first, float("nan")), first))
+            # our kernel wrote o when enable[0] (custom mode), the scratch when enable[1] (shadow sample)
+            for out, flag in ((o, enable[0:1]), (scratch, enable[1:2])):
+                weight = flag.to(torch.float32)
+                rel, nan_flag = self.strength[layer, 0:1] * weight, self.strength[layer, 1:2] * weight
+                out.mul_((1.0 + rel).to(out.dtype))
+                first = out.view(-1)[0:1]
+                first.copy_(torch.where(nan_flag > 0, torch.full_like(first, float("nan")), first))
         return served
 

@@ -16,6 +16,7 @@ from cutover.config import Host, Settings
 from cutover.errors import HostError
 from cutover.hoststate import HostState, RankView
 from cutover.transport import open_transport
+from cutover.workflow.probes import ServerSample
 
 T = TypeVar("T")
 
@@ -79,6 +80,7 @@ class RankTracker:
     mode_active: str | None = None
     reason: str = ""
     kernel: str = ""
+    counters: dict = field(default_factory=dict)
 
     def update(self, view: RankView) -> None:
         beat = view.heartbeat
@@ -92,6 +94,7 @@ class RankTracker:
             if beat.pid not in self.pids:
                 self.pids.append(beat.pid)
         self.mode_active, self.reason, self.kernel = beat.mode_active, beat.reason, beat.kernel
+        self.counters = beat.counters or {}
 
     @property
     def restarts(self) -> int:
@@ -103,6 +106,19 @@ class RankTracker:
         if self.restarts:
             why = f"(pid {self.armed_pid} -> {self.pid}) {why}".strip()
         return RankObservation(self.host, self.rank, age, self.mode_active, self.restarts, why)
+
+
+def with_heartbeat_counters(sample: ServerSample, trackers: list[RankTracker]) -> ServerSample:
+    """Fill the counters a server's /metrics lacks (SGLang exports no cutover_* series) from the ranks'
+    heartbeat counters, summed over ranks. The same rule applies in shadow and in the promote watch, so the
+    baseline and the watch always compare like with like."""
+    if not sample.healthy or not trackers:
+        return sample
+    for attribute, counter in (("verify_steps_total", "verify_steps"), ("errors_total", "errors"),
+                               ("nonfinite_total", "nonfinite_custom")):
+        if getattr(sample, attribute) is None and any(counter in t.counters for t in trackers):
+            setattr(sample, attribute, float(sum(t.counters.get(counter, 0) for t in trackers)))
+    return sample
 
 
 def trackers_from_ack(host: str, views: list[RankView]) -> list[RankTracker]:

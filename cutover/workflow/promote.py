@@ -22,7 +22,7 @@ from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
-from cutover.workflow.observe import HostLink, trackers_from_ack
+from cutover.workflow.observe import HostLink, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
@@ -111,7 +111,12 @@ def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, opt
     say = on_event or (lambda message: None)
     links = [HostLink(host, settings) for host in hosts]
     locks: dict[str, LockRecord] = {}
-    lock_ttl = max(60.0, options.watch_s * len(hosts) + 300.0)
+    lock_ttl = max(60.0, 4 * options.lease_ttl_s)  # renewed with the lease: a killed CLI frees hosts soon
+
+    def keep_locks() -> None:
+        for link in links:
+            link.call(lambda st: st.renew_lock(locks[link.name], lock_ttl))
+
     try:
         for link in links:
             locks[link.name] = link.call(lambda st: st.acquire_lock("promote", lock_ttl))
@@ -122,7 +127,7 @@ def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, opt
                 say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
                 results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))
                 continue
-            results.append(_promote_host(inventory, link, plan, settings, options, say))
+            results.append(_promote_host(inventory, link, plan, settings, options, say, keep_locks))
         return results
     finally:
         for link in links:
@@ -133,7 +138,7 @@ def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, opt
 
 
 def _promote_host(inventory: Inventory, link: HostLink, plan: HostPlan, settings: Settings, options: PromoteOptions,
-                  say: Callable[[str], None]) -> HostPromotion:
+                  say: Callable[[str], None], keep_locks: Callable[[], None]) -> HostPromotion:
     if plan.override:
         link.call(lambda st: st.journal("promote_forced", release_id=plan.release_id, overridden=plan.override))
         say(f"{link.name}: --force overrides: {plan.override}")
@@ -145,17 +150,23 @@ def _promote_host(inventory: Inventory, link: HostLink, plan: HostPlan, settings
         ack = link.call(lambda st: st.wait_for_ack(control.generation))
         say(f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
             f"{options.watch_s / 60:g} min")
-        _watch(link, plan, control.generation, ack, options, say)
+        _watch(link, plan, control.generation, ack, options, keep_locks)
+        final = link.call(lambda st: st.set_mode("custom", reason="promoted after a clean watch",
+                                                 release_id=plan.release_id))
+        link.call(lambda st: st.wait_for_ack(final.generation))
     except (_Regression, CutoverError, KeyboardInterrupt) as exc:
         reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0]
-        rollback_hosts(inventory, [link.host], settings, reason=f"promote regression: {reason}")
-        link.call(lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason))
+        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
+        outcome = ("rolled back to Triton" if result.ok else
+                   f"rollback not confirmed ({'; '.join(result.messages)}): the lease returns it to Triton within "
+                   f"{options.lease_ttl_s:.0f} s")
+        with contextlib.suppress(CutoverError):
+            link.call(lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason,
+                                            confirmed=result.ok))
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise GateFailedError(f"host {link.name}: {reason}; rolled back to Triton, rollout stopped",
+        raise GateFailedError(f"host {link.name}: {reason}; {outcome}; rollout stopped",
                               hint="read `cutover status` and the journal; shadow again before promoting") from None
-    final = link.call(lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id))
-    link.call(lambda st: st.wait_for_ack(final.generation))
     forced = bool(plan.override)
     link.call(lambda st: st.set_phase("promoted", release_id=plan.release_id, run_id=plan.run_id, force=forced,
                                       reason=f"forced: {plan.override}" if forced else "watch passed"))
@@ -164,12 +175,13 @@ def _promote_host(inventory: Inventory, link: HostLink, plan: HostPlan, settings
     return HostPromotion(link.name, "promoted", f"release {plan.release_id}")
 
 
-def _watch(link, plan, generation, ack, options, say) -> None:
-    """Probe the host for the watch window; raise _Regression on the first regression."""
+def _watch(link, plan, generation, ack, options, keep_locks) -> None:
+    """Probe the host for the watch window (renewing its lease and every lock); raise _Regression on the
+    first regression."""
     policy = options.policy
     trackers = trackers_from_ack(link.name, ack.ranks)
     session = requests.Session()
-    first = probe(link.host, session)  # the reference the error counters are compared against
+    first = with_heartbeat_counters(probe(link.host, session), trackers)  # reference for the counters
     samples: list[ServerSample] = [first] if first.healthy else []
     failed_probes = 0 if first.healthy else 1
     start = renewed = time.monotonic()
@@ -177,19 +189,20 @@ def _watch(link, plan, generation, ack, options, say) -> None:
         time.sleep(min(policy.promote.probe_interval_s, options.lease_ttl_s / 3))
         if time.monotonic() - renewed >= options.lease_ttl_s / 3:
             link.call(lambda st: st.renew_lease(generation, options.lease_ttl_s))
+            keep_locks()
             renewed = time.monotonic()
         for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
             tracker.update(view)
-        sample = probe(link.host, session)
+        sample = with_heartbeat_counters(probe(link.host, session), trackers)
         failed_probes = 0 if sample.healthy else failed_probes + 1
         if sample.healthy:
             samples.append(sample)
-        problem = _regression(policy, plan.baseline, trackers, samples, failed_probes, sample)
+        problem = find_regression(policy, plan.baseline, trackers, samples, failed_probes, sample)
         if problem:
             raise _Regression(problem)
 
 
-def _regression(policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int,
+def find_regression(policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int,
                 last: ServerSample) -> str | None:
     """The first regression against the shadow baseline, or None."""
     promote = policy.promote

@@ -27,7 +27,7 @@ from cutover.errors import CutoverError, GateFailedError, HostError, LockHeldErr
 from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
 from cutover.workflow.load import LoadDriver, LoadSpec
-from cutover.workflow.observe import HostLink, RankTracker, StatsTail, trackers_from_ack
+from cutover.workflow.observe import HostLink, RankTracker, StatsTail, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, baseline, probe
 from cutover.workflow.report import ReportFiles, write_report
 from cutover.workflow.runstore import RunStore, run_meta
@@ -162,7 +162,8 @@ class _ShadowRun:
         self.run_id = new_run_id()
         self.store = RunStore(options.reports_dir, self.run_id)
         self.runs: list[_HostRun] = []
-        self.summary: StatsSummary | None = None
+        self.summary = StatsSummary(generations={}, truth_k=self.policy.shadow.truth_anchor_k,
+                                    truth_floor=self.policy.shadow.truth_anchor_floor)
         self.started = time.time()
         self.started_mono = time.monotonic()
         self.session = requests.Session()
@@ -197,16 +198,14 @@ class _ShadowRun:
 
     def _arm(self) -> None:
         """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
-        generations = {}
+        self.store.save_run(self._meta(kernels=[]))
         for link in self.links:
             control = link.call(lambda st: st.set_mode(
                 "shadow", reason=f"shadow run {self.run_id}", lease_s=self.options.lease_ttl_s,
                 release_id=self.release_id, sample_rate=self.options.sample_rate))
             self.runs.append(_HostRun(link, control.generation, [], StatsTail(link.host)))
-            generations[link.name] = control.generation
-        self.summary = StatsSummary(generations=generations, truth_k=self.policy.shadow.truth_anchor_k,
-                                    truth_floor=self.policy.shadow.truth_anchor_floor)
-        self.store.save_run(self._meta(kernels=[]))
+            self.summary.generations[link.name] = control.generation
+            self.store.save_run(self._meta(kernels=[]))
         for run in self.runs:
             ack = run.link.call(lambda st: st.wait_for_ack(run.generation))
             if not ack.serving:
@@ -248,7 +247,7 @@ class _ShadowRun:
         except HostError:
             pass  # the host's ranks age on our clock; the silence gate decides
         if probe_due:
-            run.samples.append(probe(run.link.host, self.session))
+            run.samples.append(with_heartbeat_counters(probe(run.link.host, self.session), run.trackers))
 
     def _renew(self, run: _HostRun) -> None:
         name = run.link.name
@@ -285,12 +284,12 @@ class _ShadowRun:
             load=self.load.snapshot() if self.load else None))
 
     # --- ending ---------------------------------------------------------------------------------------
-    def _roll_back(self, reasons: list[str]) -> list[str]:
-        """Every target back to Triton at once; returns what could not be confirmed."""
+    def _roll_back(self, reasons: list[str], hosts: list[Host] | None = None) -> list[str]:
+        """Every target (or `hosts`) back to Triton at once; returns what could not be confirmed."""
         self._stop_load()
         problems = []
         try:
-            results = rollback_hosts(self.inventory, [link.host for link in self.links], self.settings,
+            results = rollback_hosts(self.inventory, hosts or [link.host for link in self.links], self.settings,
                                      reason=f"shadow run {self.run_id} failed: {reasons[0]}")
         except CutoverError as exc:
             results = []
@@ -312,9 +311,7 @@ class _ShadowRun:
                 run.link.call(lambda st: st.wait_for_ack(control.generation))
             except CutoverError:
                 failed.append(run.link.host)
-        if failed:
-            return self._roll_back([why])
-        return []
+        return self._roll_back([why], failed) if failed else []
 
     def _stop_load(self) -> None:
         if self.load:
@@ -358,12 +355,10 @@ class _ShadowRun:
             run_id=self.run_id, release_id=self.release_id, hosts=[link.name for link in self.links],
             outcome=outcome, reasons=reasons, started_at=self.started, ended_at=time.time(),
             policy_source=self.policy.source, actor=self.settings.operator,
-            generations=dict(self.summary.generations) if self.summary else {},
-            totals=self.summary.totals() if self.summary else {},
+            generations=dict(self.summary.generations), totals=self.summary.totals(),
             gates=verdict.to_dict() if verdict else {},
             baseline={run.link.name: baseline(run.samples) for run in self.runs})
-        if self.summary is not None:
-            self.store.save_verdict(record)
+        self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"
         for link in self.links:
             with contextlib.suppress(CutoverError):

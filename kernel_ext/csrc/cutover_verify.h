@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define CUTOVER_ABI_VERSION 1
+#define CUTOVER_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define CUTOVER_API __attribute__((visibility("default")))
@@ -35,6 +35,27 @@ enum CutoverStatus {
   CUTOVER_ERR_CUDA = 4,             /* a CUDA runtime call or a launch failed */
   CUTOVER_ERR_ARCH = 5              /* the library holds no kernel image for this device */
 };
+
+/* Per-layer shadow counters (float64 row) that cutover_shadow_accumulate updates; the plugin drains them
+ * (cutover/plugin/devicestate.py mirrors these indices). The row holds CUTOVER_COUNTER_HIST + num_edges + 1
+ * values. Counts are exact up to 2^53. */
+enum CutoverShadowCounter {
+  CUTOVER_COUNTER_CALLS = 0,              /* every verify call, whatever the mode */
+  CUTOVER_COUNTER_RESERVED = 1,           /* never written by the library (was serve x bad(scratch)) */
+  CUTOVER_COUNTER_SERVE_BAD_O = 2,        /* custom mode: the served output o held a non-finite value */
+  CUTOVER_COUNTER_SERVED = 3,             /* custom mode calls */
+  CUTOVER_COUNTER_SAMPLE_BAD_SCRATCH = 4, /* shadow sample: our output (scratch) held a non-finite value */
+  CUTOVER_COUNTER_SAMPLE_BAD_O = 5,       /* shadow sample: stock's output (o) held a non-finite value */
+  CUTOVER_COUNTER_COMPARED = 6,           /* shadow samples */
+  CUTOVER_COUNTER_REL_L2_MAX = 7,         /* max of ||scratch - o|| / ||o|| over samples */
+  CUTOVER_COUNTER_MAX_ABS = 8,            /* max of max |scratch - o| over samples */
+  CUTOVER_COUNTER_HIST = 9                /* rel-L2 histogram: bucket k = number of edges <= rel L2 */
+};
+/* Relative L2 and max abs recorded for a comparison involving a non-finite value (finite, JSON-safe). */
+#define CUTOVER_NONFINITE_SENTINEL 1.0e30
+/* Bytes of one layer's cutover_shadow_accumulate workspace: zero-filled once by the caller, then owned by the
+ * library (every call leaves it ready for the next). */
+#define CUTOVER_SHADOW_WORKSPACE_BYTES 4352
 
 /* Element types of the tensors handed over. */
 enum CutoverDtype {
@@ -67,6 +88,10 @@ typedef struct CutoverVerifyParams {
   void* o;                /* bf16 [N, H, 512], last dim contiguous; written */
   int64_t o_stride_token;
   int64_t o_stride_head;
+  void* o_alt;            /* optional bf16 [N, H, 512] (shadow scratch): written INSTEAD of o when enable[0] == 0
+                             and enable[1] != 0 (needs enable); NULL: o only */
+  int64_t o_alt_stride_token;
+  int64_t o_alt_stride_head;
   const void* kv_buffer;  /* bf16 [pool, 1, 576]: K rows; V is its first 512 dims (SGLang's v_buffer view) */
   int64_t kv_buffer_stride_row;
 
@@ -87,8 +112,10 @@ typedef struct CutoverVerifyParams {
   float v_scale;          /* multiplies the prefix P.V (KV-pool values only, as SGLang) when v_scale_ptr is NULL */
   const float* k_scale_ptr; /* optional FP32 device scalar; read on the device (graph-safe) */
   const float* v_scale_ptr; /* optional FP32 device scalar */
-  const int32_t* enable;  /* optional device flag: when non-NULL and *enable == 0 every kernel exits at once and
-                             nothing is written (the live-switch gate) */
+  const int32_t* enable;  /* optional device flags (the live-switch gate), read on the device by every kernel.
+                             o_alt == NULL: enable[0] == 0 makes every kernel exit at once, nothing written.
+                             o_alt != NULL: int32[2] {serve, sample}: serve -> write o; else sample -> write
+                             o_alt; else exit at once. NULL: always write o. */
 
   void* workspace;        /* device scratch of at least cutover_workspace_bytes(...) bytes, 16-byte aligned */
   int64_t workspace_bytes;
@@ -115,6 +142,19 @@ CUTOVER_API int cutover_verify_attention(const CutoverVerifyParams* params, cuda
  * counter value before the increment; qo_indptr_gated[0..n) = mode == 2 ? 0 : qo_indptr[0..n). */
 CUTOVER_API int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,
                         int indptr_is_int64, int32_t* custom_enable, cudaStream_t stream);
+
+/* Fused shadow epilogue, one launch (CUDA-graph capturable). o, scratch: bf16 [tokens, heads, 512], strides in
+ * elements, 16-byte aligned rows. enable: the gate's device int32[2] {serve, sample}. Increments
+ * counters[CALLS]; exits at once when both flags are 0; serve: counts a non-finite o (SERVED, SERVE_BAD_O; the
+ * scratch is not read); sample: relative L2 ||scratch - o|| / ||o|| and max |scratch - o| (float accumulation),
+ * non-finite counts of both, histogram bucket over bin_edges (float64 [num_edges], ascending), maxima.
+ * workspace: this layer's CUTOVER_SHADOW_WORKSPACE_BYTES bytes, 16-byte aligned, zero-filled before first use;
+ * calls sharing one workspace must be stream-ordered. */
+CUTOVER_API int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_stride_head,
+                                          const void* scratch, int64_t scratch_stride_token,
+                                          int64_t scratch_stride_head, int64_t tokens, int32_t heads,
+                                          const int32_t* enable, double* counters, const double* bin_edges,
+                                          int32_t num_edges, void* workspace, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

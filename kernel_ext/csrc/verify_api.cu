@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "cutover_verify.h"
+#include "shadow_epilogue.cuh"
 #include "verify_kernels.cuh"
 
 #ifndef CUTOVER_TARGETS
@@ -176,11 +177,17 @@ int check_params(const CutoverVerifyParams* a) {
       {a->k_extend, a->k_extend_stride_token, 8, "k_extend"},
       {a->v_extend, a->v_extend_stride_token, 8, "v_extend"},
       {a->o, a->o_stride_token, a->o_stride_head, "o"},
-      {a->kv_buffer, a->kv_buffer_stride_row, 8, "kv_buffer"}};
-  for (auto& v : vec)
+      {a->kv_buffer, a->kv_buffer_stride_row, 8, "kv_buffer"},
+      {a->o_alt, a->o_alt_stride_token, a->o_alt_stride_head, "o_alt"}};
+  if (a->o_alt != nullptr && a->enable == nullptr)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "o_alt needs the enable flags {serve, sample} (enable is NULL)");
+  const int checked = a->o_alt != nullptr ? 6 : 5;  // o_alt is optional
+  for (int i = 0; i < checked; ++i) {
+    const auto& v = vec[i];
     if (!aligned16(v.p) || v.s0 % 8 != 0 || v.s1 % 8 != 0 || v.s0 <= 0 || v.s1 <= 0)
       return fail(CUTOVER_ERR_UNSUPPORTED, "%s: pointer not 16-byte aligned or strides (%lld, %lld) not positive "
                   "multiples of 8 elements", v.name, (long long)v.s0, (long long)v.s1);
+  }
   if (!aligned16(a->workspace)) return fail(CUTOVER_ERR_WORKSPACE, "workspace is not 16-byte aligned");
   return CUTOVER_OK;
 }
@@ -258,6 +265,8 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   k.vx = static_cast<const __nv_bfloat16*>(a->v_extend); k.svx = a->v_extend_stride_token;
   k.o = static_cast<__nv_bfloat16*>(a->o);
   k.so0 = a->o_stride_token; k.so1 = a->o_stride_head;
+  k.o_alt = static_cast<__nv_bfloat16*>(a->o_alt);
+  k.sa0 = a->o_alt_stride_token; k.sa1 = a->o_alt_stride_head;
   k.kv = static_cast<const __nv_bfloat16*>(a->kv_buffer); k.skv = a->kv_buffer_stride_row;
   k.qo_indptr = a->qo_indptr; k.kv_indptr = a->kv_indptr; k.kv_indices = a->kv_indices;
   k.mask = static_cast<const uint8_t*>(a->custom_mask); k.mask_indptr = a->mask_indptr;
@@ -297,6 +306,38 @@ int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_ind
   verify_gate_kernel<<<1, 256, 0, stream>>>(gate_state, qo_indptr, qo_indptr_gated, n, indptr_is_int64,
                                             custom_enable);
   CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_gate_kernel");
+  return CUTOVER_OK;
+}
+
+int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_stride_head, const void* scratch,
+                              int64_t scratch_stride_token, int64_t scratch_stride_head, int64_t tokens,
+                              int32_t heads, const int32_t* enable, double* counters, const double* bin_edges,
+                              int32_t num_edges, void* workspace, cudaStream_t stream) {
+  if (o == nullptr || scratch == nullptr || enable == nullptr || counters == nullptr || workspace == nullptr ||
+      (bin_edges == nullptr && num_edges > 0))
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "shadow_accumulate: a pointer argument is NULL");
+  if (tokens < 0 || heads < 1 || num_edges < 0 || tokens * heads >= (1LL << 31))
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "shadow_accumulate: tokens %lld, heads %d, num_edges %d out of range",
+                (long long)tokens, heads, num_edges);
+  struct { const void* p; int64_t s0, s1; const char* name; } vec[] = {
+      {o, o_stride_token, o_stride_head, "o"}, {scratch, scratch_stride_token, scratch_stride_head, "scratch"}};
+  for (auto& v : vec)
+    if (!aligned16(v.p) || v.s0 % 8 != 0 || v.s1 % 8 != 0 || v.s0 <= 0 || v.s1 <= 0)
+      return fail(CUTOVER_ERR_INVALID_ARGUMENT, "shadow_accumulate: %s not 16-byte aligned or strides (%lld, %lld) "
+                  "not positive multiples of 8 elements", v.name, (long long)v.s0, (long long)v.s1);
+  if (!aligned16(workspace)) return fail(CUTOVER_ERR_WORKSPACE, "shadow_accumulate: workspace is not 16-byte aligned");
+  ShadowArgs k;
+  k.o = static_cast<const __nv_bfloat16*>(o); k.so0 = o_stride_token; k.so1 = o_stride_head;
+  k.s = static_cast<const __nv_bfloat16*>(scratch); k.ss0 = scratch_stride_token; k.ss1 = scratch_stride_head;
+  k.rows = (long long)tokens * heads; k.H = heads;
+  k.enable = enable; k.counters = counters; k.edges = bin_edges; k.n_edges = num_edges;
+  k.partials = static_cast<float4*>(workspace);
+  k.ticket = reinterpret_cast<unsigned int*>(static_cast<char*>(workspace) + kShadowMaxBlocks * sizeof(float4));
+  const long long per_block = (long long)kShadowThreads * kShadowChunksPerThread;
+  const long long wanted = (k.rows * kShadowRowChunks + per_block - 1) / per_block;
+  const int blocks = (int)(wanted < 1 ? 1 : (wanted > kShadowMaxBlocks ? kShadowMaxBlocks : wanted));
+  shadow_accumulate_kernel<<<blocks, kShadowThreads, 0, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of shadow_accumulate_kernel");
   return CUTOVER_OK;
 }
 

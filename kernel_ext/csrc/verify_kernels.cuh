@@ -1,4 +1,5 @@
 // Device side of the verify attention: work plan, split-KV main kernel, split combine, live-switch gate.
+// Output selection (o or the shadow scratch o_alt) happens on the device: see output_choice.
 //
 // Rows of request b are its draft tokens times heads, token-major: row = t * H + h. A CTA owns one tile of
 // M_TILE rows and one key range (split) of the request's prefix; it streams the gathered KV rows through
@@ -37,6 +38,8 @@ struct KernelArgs {
   int64_t svx;
   __nv_bfloat16* o;
   int64_t so0, so1;
+  __nv_bfloat16* o_alt;  // shadow scratch, or nullptr (see output_choice)
+  int64_t sa0, sa1;
   const __nv_bfloat16* kv;
   int64_t skv;
   const void* qo_indptr;
@@ -59,8 +62,15 @@ struct KernelArgs {
   int G, G_target, rcap;
 };
 
-__device__ __forceinline__ bool gate_closed(const int32_t* enable) {
-  return enable != nullptr && *reinterpret_cast<const volatile int32_t*>(enable) == 0;
+// Where this call writes, decided on the device from the live-switch flags (so one captured launch serves
+// every mode): kOutNone = exit at once, kOutO = o, kOutAlt = o_alt. Without o_alt, enable[0] alone gates o;
+// with o_alt, enable = {serve, sample}: serve -> o, else sample -> o_alt, else nothing.
+constexpr int kOutNone = 0, kOutO = 1, kOutAlt = 2;
+__device__ __forceinline__ int output_choice(const KernelArgs& a) {
+  if (a.enable == nullptr) return kOutO;
+  const volatile int32_t* flags = a.enable;
+  if (flags[0] != 0) return kOutO;
+  return a.o_alt != nullptr && flags[1] != 0 ? kOutAlt : kOutNone;
 }
 
 template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WO_M_, int WO_D_>
@@ -158,7 +168,7 @@ __device__ __forceinline__ long long splits_of(long long P, long long chunk) {
 }
 
 __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelArgs a) {
-  if (gate_closed(a.enable)) return;
+  if (output_choice(a) == kOutNone) return;
   __shared__ long long s_sum[32];
   __shared__ int2 s_scan[33];
   const int tid = threadIdx.x;
@@ -238,7 +248,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
-  if (gate_closed(a.enable)) return;
+  if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
   __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_KV);
@@ -548,6 +558,11 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   }
   __syncthreads();
 
+  // The flags cannot change during the call (the gate wrote them before): read again instead of keeping
+  // the choice in registers through the main loop.
+  const bool to_alt = slot < 0 && output_choice(a) == kOutAlt;
+  __nv_bfloat16* const out = to_alt ? a.o_alt : a.o;
+  const int64_t out_s0 = to_alt ? a.sa0 : a.so0, out_s1 = to_alt ? a.sa1 : a.so1;
 #pragma unroll
   for (int mt = 0; mt < C::MT_O; ++mt) {
 #pragma unroll
@@ -561,7 +576,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
       if (slot < 0) {
         const int t = grow / H, h = grow - t * H;
-        __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + wo_d * C::O_DIMS + 2 * cq;
+        __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + wo_d * C::O_DIMS + 2 * cq;
 #pragma unroll
         for (int nt = 0; nt < C::NT_O; ++nt)
           *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16x2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
@@ -583,7 +598,10 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // at once: lanes are 4 split groups (split i goes to group i % 4) x 8 float4 columns, reduced by shuffles.
 // ---------------------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
-  if (gate_closed(a.enable)) return;
+  const int choice = output_choice(a);
+  if (choice == kOutNone) return;
+  __nv_bfloat16* const out = choice == kOutAlt ? a.o_alt : a.o;
+  const int64_t out_s0 = choice == kOutAlt ? a.sa0 : a.so0, out_s1 = choice == kOutAlt ? a.sa1 : a.so1;
   const int lane = threadIdx.x & 31, sg = lane >> 3, col = lane & 7;
   const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
   const long long items = (long long)a.B * a.rcap * kCombineSlices;
@@ -625,7 +643,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     if (sg == 0) {
       const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
       const int t = r / a.H, h = r - t * a.H;
-      __nv_bfloat16* dst = a.o + (qo_start + t) * a.so0 + (int64_t)h * a.so1 + f4 * 4;
+      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + f4 * 4;
       *reinterpret_cast<uint2*>(dst) =
           make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
     }

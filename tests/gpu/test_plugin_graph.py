@@ -1,9 +1,9 @@
 """The live switch under real CUDA-graph replay: one capture, four modes, no recapture (H200 via the device tool).
 
-Capture the dispatched verify step once (gate + our kernel twice + SGLang's Triton kernel + epilogue), then
-switch triton -> shadow -> custom -> triton through control.json between replays and check what each replay
-did: which kernel's output landed in ``o``, whether our kernel wrote the shadow scratch, whether SGLang's kernel
-got an empty extend, and what the shadow counters recorded.
+Capture the dispatched verify step once (gate + our kernel once, its output chosen on the device + SGLang's
+Triton kernel + the fused epilogue), then switch triton -> shadow -> custom -> triton through control.json
+between replays and check what each replay did: which kernel's output landed in ``o``, whether our kernel
+wrote the shadow scratch, whether SGLang's kernel got an empty extend, and what the shadow counters recorded.
 """
 
 from __future__ import annotations

@@ -122,3 +122,21 @@ def test_uneven_draft_counts_are_declined(case):
     args = list(case.args())
     args[12] = case.max_len_extend + 1  # SGLang's max_len_extend is the longest extend: lengths differ
     assert api.verify_attention(*args) is False
+
+
+def test_shadow_counter_layout_agrees_with_header():
+    header = (build.CSRC / "cutover_verify.h").read_text()
+    body = header[header.index("enum CutoverShadowCounter {"):]
+    body = body[:body.index("};")]
+    in_header = {name: int(value) for name, value in re.findall(r"CUTOVER_COUNTER_(\w+) = (\d+)", body)}
+    in_python = {name[len("COUNTER_"):]: getattr(_lib, name) for name in dir(_lib) if name.startswith("COUNTER_")}
+    assert in_header == in_python and len(in_header) == 10
+    assert float(re.search(r"#define CUTOVER_NONFINITE_SENTINEL (\S+)", header).group(1)) == _lib.NONFINITE_SENTINEL
+    assert int(re.search(r"#define CUTOVER_SHADOW_WORKSPACE_BYTES (\d+)", header).group(1)) == \
+        _lib.SHADOW_WORKSPACE_BYTES
+
+
+def test_o_alt_of_another_dtype_is_named(case):
+    out = case.fresh_output()
+    with pytest.raises(ValueError, match=r"o_alt must be a tensor of o_extend's dtype"):
+        api.verify_attention(*case.args(out), o_alt=out.to(torch.float16))

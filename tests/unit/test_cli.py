@@ -225,3 +225,26 @@ def test_rollback_to_previous_switches_the_release_back(invoke, local_inventory,
     phase = json.loads((state_dir / "phase.json").read_text())
     assert (phase["phase"], phase["release_id"]) == ("rolled_back", release.name)
     assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+
+
+def test_missing_plugin_wheel_is_named_before_anything_changes(invoke, tmp_path, release):
+    missing = tmp_path / "nope.whl"
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, cutover_install_plugin=True,
+                                cutover_plugin_wheel=str(missing))
+    result = invoke("stage", "-i", inventory, "--release", release)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {inventory}: host 'local': field 'cutover_plugin_wheel': {missing} "
+                                    "does not exist")
+    assert not (tmp_path / "state").exists()
+
+
+def test_compile_error_leaves_nothing_behind(invoke, tmp_path):
+    nvcc = tmp_path / "nvcc"  # the real nvcc, handed one source file that does not exist
+    nvcc.write_text('#!/bin/sh\nif [ "$1" = --version ]; then exec nvcc --version; fi\n'
+                    'exec nvcc "$@" /nonexistent/broken.cu\n')
+    nvcc.chmod(0o755)
+    out = tmp_path / "releases"
+    result = invoke("build", "--arch", "sm_90a", "--out", out, "--nvcc", nvcc)
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: the kernel failed to compile for sm_90a: ")
+    assert [p.name for p in out.iterdir()] == []  # no release, no temporary directory, no LATEST

@@ -1,10 +1,17 @@
-"""Promote refuses unless the exact staged release passed shadow on each target; nothing changes on refusal."""
+"""Promote refuses unless the exact staged release passed shadow on each target (nothing changes on
+refusal), and its watch names every kind of regression against the shadow baseline."""
+
+import json
 
 import pytest
 
+from checks.policy import load_policy
 from cutover.errors import PhaseError
-from cutover.workflow.observe import HostLink
-from cutover.workflow.promote import plan_promotion
+from cutover.hostlayout import Heartbeat
+from cutover.hoststate import RankView
+from cutover.workflow.observe import HostLink, trackers_from_ack
+from cutover.workflow.probes import ServerSample
+from cutover.workflow.promote import find_regression, plan_promotion
 
 from .hostfiles import SETTINGS, local_host, write_control, write_heartbeats, write_phase, write_verdict
 
@@ -57,7 +64,6 @@ def test_refusals_name_the_host_and_change_nothing(tmp_path, change, expected):
 
 
 def _age_heartbeats(host):
-    import json
     for rank in range(host.tp_size):
         data = json.loads(open(host.paths.heartbeat(rank)).read())
         data["written_at"] -= 3600
@@ -79,3 +85,47 @@ def test_already_promoted_is_a_no_op_plan(tmp_path):
     write_control(host, mode="custom", generation=5, lease_expires_at=9e9)  # still under its watch lease
     with pytest.raises(PhaseError, match="has not passed shadow"):
         plan(host)
+
+
+# -- the watch: regressions against the shadow baseline ----------------------------------------------------
+
+POLICY = load_policy()
+BASE = {"verify_rate": 10.0, "accept_length": 3.0}
+
+
+def custom_ranks(mode="custom"):
+    views = [RankView(r, Heartbeat(rank=r, pid=100 + r, host="h1", mode_active=mode, generation_seen=4,
+                                   release_id="rel-a", kernel="cuda"), 0.1, True) for r in range(2)]
+    return trackers_from_ack("h1", views)
+
+
+def samples(*points):
+    """(seconds, verify steps, errors, nonfinite, accept length) -> healthy samples."""
+    return [ServerSample(at=t, healthy=True, verify_steps_total=v, errors_total=e, nonfinite_total=n,
+                         accept_length=a) for t, v, e, n, a in points]
+
+
+def test_steady_host_has_no_regression():
+    series = samples((0, 0, 2, 0, 3.0), (5, 50, 2, 0, 3.1), (10, 100, 2, 0, 2.9))
+    assert find_regression(POLICY, BASE, custom_ranks(), series, 0, series[-1]) is None
+
+
+@pytest.mark.parametrize(("series", "failed", "expected"), [
+    (samples((0, 0, 2, 0, 3.0), (5, 50, 3, 0, 3.0)), 0, "new errors"),
+    (samples((0, 0, 0, 0, 3.0), (5, 50, 0, 1, 3.0)), 0, "new non-finite outputs"),
+    (samples((0, 0, 0, 0, 3.0), (5, 10, 0, 0, 3.0), (10, 20, 0, 0, 3.0)), 0, "verify steps/s fell to 2.00"),
+    (samples((0, 0, 0, 0, 2.0), (5, 50, 0, 0, 2.0)), 0, "accept length fell to 2.00"),
+    (samples((0, 0, 0, 0, 3.0)), POLICY.promote.max_failed_probes, "consecutive failed health probes"),
+])
+def test_each_regression_is_named(series, failed, expected):
+    last = series[-1] if not failed else ServerSample(at=9, healthy=False, error="HTTP 503")
+    assert expected in find_regression(POLICY, BASE, custom_ranks(), series, failed, last)
+
+
+def test_rank_off_custom_or_restarted_is_a_regression():
+    series = samples((0, 0, 0, 0, 3.0))
+    assert "running triton, not custom" in find_regression(POLICY, BASE, custom_ranks("triton"), series, 0, series[0])
+    ranks = custom_ranks()
+    ranks[1].update(RankView(1, Heartbeat(rank=1, pid=999, host="h1", mode_active="custom", generation_seen=4,
+                                          release_id="rel-a", kernel="cuda", written_at=1.0), 0.1, True))
+    assert "rank 1 restarted" in find_regression(POLICY, BASE, ranks, series, 0, series[0])

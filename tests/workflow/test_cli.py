@@ -1,0 +1,49 @@
+"""The workflow verbs through the real console script: bad input exits non-zero with a message naming the
+problem and the fix, before any host is touched."""
+
+import json
+
+import pytest
+
+from checks.policy import load_policy
+from cutover.workflow.runstore import RunStore, run_meta
+
+from .stats_records import layer, record
+
+EXIT_CONFIG = 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["shadow"], "give exactly one of --hours or --minutes"),
+    (["shadow", "--hours", "1", "--minutes", "5"], "give exactly one of --hours or --minutes"),
+    (["shadow", "--minutes", "0"], "the shadow duration must be positive"),
+    (["shadow", "--minutes", "1", "--policy", "absent.yml"], "policy absent.yml: file not found"),
+    (["shadow", "--minutes", "1", "--load", "absent.yml"], "load file absent.yml: cannot read it"),
+    (["promote", "--policy", "absent.yml"], "policy absent.yml: file not found"),
+    (["report", "--reports-dir", "empty"], "no shadow run found under empty"),
+])
+def test_bad_input_is_refused_with_the_problem_and_the_fix(cli, args, message):
+    result = cli(*args)
+    assert result.returncode == EXIT_CONFIG, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert "fix:" in result.stderr
+
+
+def test_bad_policy_field_is_named_by_the_cli(cli, tmp_path):
+    policy = tmp_path / "gates.yml"
+    policy.write_text("shadow:\n  rel_l2_p99: -1\n")
+    result = cli("shadow", "--minutes", "1", "--policy", policy)
+    assert result.returncode == EXIT_CONFIG
+    assert f"policy {policy}: field 'shadow.rel_l2_p99' must be > 0" in result.stderr
+
+
+def test_report_of_a_stored_run_prints_its_path(cli, tmp_path):
+    store = RunStore(tmp_path / "reports", "20261129T100000Z-cafe01")
+    store.save_run(run_meta(store.run_id, "rel-a", {"h1": 2}, 1000.0, load_policy(), 1, ["cuda"]))
+    store.append_stats("h1", 0, record({"0": layer([1e-3] * 4)}, ts=1001.0, generation=2))
+    result = cli("--json", "report", "--reports-dir", tmp_path / "reports")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["run_id"] == store.run_id and document["markdown"].endswith("report.md")
+    plain = cli("report", store.run_id, "--reports-dir", tmp_path / "reports")
+    assert plain.stdout.strip().endswith(f"report: {tmp_path / 'reports' / store.run_id / 'report.md'}")
