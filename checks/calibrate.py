@@ -35,9 +35,19 @@ def measure(H: int, T: int, batch: int, prefix: int, mask: str, seed: int) -> di
     shadow = compare(custom, stock)
     err_custom, err_stock = compare(custom, truth).rel_l2, compare(stock, truth).rel_l2
     ratio = err_custom / err_stock if err_stock > 0 else (1.0 if err_custom == 0 else float("inf"))
-    return {"H": H, "T": T, "batch": batch, "prefix": prefix, "mask": mask, "rel_l2": shadow.rel_l2,
-            "max_abs": shadow.max_abs, "nonfinite": shadow.nonfinite_actual + shadow.nonfinite_expected,
-            "err_custom": err_custom, "err_stock": err_stock, "truth_ratio": ratio}
+    return {
+        "H": H,
+        "T": T,
+        "batch": batch,
+        "prefix": prefix,
+        "mask": mask,
+        "rel_l2": shadow.rel_l2,
+        "max_abs": shadow.max_abs,
+        "nonfinite": shadow.nonfinite_actual + shadow.nonfinite_expected,
+        "err_custom": err_custom,
+        "err_stock": err_stock,
+        "truth_ratio": ratio,
+    }
 
 
 def main() -> None:
@@ -50,14 +60,22 @@ def main() -> None:
     for seed, values in enumerate(itertools.product(*GRID.values())):
         rows.append(measure(**dict(zip(names, values)), seed=seed))
         r = rows[-1]
-        print(f"H={r['H']} T={r['T']:>2} batch={r['batch']} prefix={r['prefix']:>4} {r['mask']:<6} "
-              f"rel_l2={r['rel_l2']:.2e} max_abs={r['max_abs']:.2e} err_custom={r['err_custom']:.2e} "
-              f"err_stock={r['err_stock']:.2e} ratio={r['truth_ratio']:.3f}")
+        print(
+            f"H={r['H']} T={r['T']:>2} batch={r['batch']} prefix={r['prefix']:>4} {r['mask']:<6} "
+            f"rel_l2={r['rel_l2']:.2e} max_abs={r['max_abs']:.2e} err_custom={r['err_custom']:.2e} "
+            f"err_stock={r['err_stock']:.2e} ratio={r['truth_ratio']:.3f}"
+        )
     summary = {key: max(r[key] for r in rows) for key in ("rel_l2", "max_abs", "truth_ratio", "nonfinite")}
     print("worst over the grid: " + ", ".join(f"{k}={v:.3g}" for k, v in summary.items()))
-    document = {"what": "sandbox CPU shadow divergence (bf16 inputs and outputs)", "torch": torch.__version__,
-                "machine": platform.machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "grid": GRID, "worst": summary, "cases": rows}
+    document = {
+        "what": "sandbox CPU shadow divergence (bf16 inputs and outputs)",
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "grid": GRID,
+        "worst": summary,
+        "cases": rows,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=2))

@@ -111,7 +111,9 @@ class StatsSummary:
     def totals(self) -> dict:
         """Run-wide numbers for progress lines and reports."""
         layers = self.layers.values()
-        worst_name, worst = max(self.layers.items(), key=lambda item: _rank_value(item[1].rel_l2_max), default=(None, None))
+        worst_name, worst = max(
+            self.layers.items(), key=lambda item: _rank_value(item[1].rel_l2_max), default=(None, None)
+        )
         return {
             "records": self.records,
             "compared": sum(layer.compared for layer in layers),
@@ -187,28 +189,68 @@ def _layer_gates(policy: ShadowPolicy, name: str, layer: LayerStats, final: bool
     """Failed gates of one layer, most specific first (a NaN also shows as a huge relative L2)."""
     failed = []
     if layer.nonfinite_custom > policy.max_nonfinite:
-        failed.append(GateResult("nonfinite", False, f"layer {name}: {layer.nonfinite_custom} non-finite output "
-                                 f"values from the custom kernel (allowed {policy.max_nonfinite})", layer=name))
+        failed.append(
+            GateResult(
+                "nonfinite",
+                False,
+                f"layer {name}: {layer.nonfinite_custom} non-finite output "
+                f"values from the custom kernel (allowed {policy.max_nonfinite})",
+                layer=name,
+            )
+        )
     if layer.nonfinite_stock > policy.max_nonfinite:
-        failed.append(GateResult("nonfinite", False, f"layer {name}: {layer.nonfinite_stock} non-finite output "
-                                 f"values from Triton itself: the comparison is not trustworthy", layer=name))
+        failed.append(
+            GateResult(
+                "nonfinite",
+                False,
+                f"layer {name}: {layer.nonfinite_stock} non-finite output "
+                f"values from Triton itself: the comparison is not trustworthy",
+                layer=name,
+            )
+        )
     if layer.truth_violations:
         worst = layer.truth_worst
-        failed.append(GateResult("truth_anchor", False, f"layer {name}: custom error vs float64 "
-                                 f"{worst['err_custom']:.3g} > {policy.truth_anchor_k} x Triton's "
-                                 f"{worst['err_stock']:.3g} + {policy.truth_anchor_floor:.3g} "
-                                 f"({layer.truth_violations} of {layer.truth_samples} samples, worst at {worst['at']})",
-                                 layer=name))
+        failed.append(
+            GateResult(
+                "truth_anchor",
+                False,
+                f"layer {name}: custom error vs float64 "
+                f"{worst['err_custom']:.3g} > {policy.truth_anchor_k} x Triton's "
+                f"{worst['err_stock']:.3g} + {policy.truth_anchor_floor:.3g} "
+                f"({layer.truth_violations} of {layer.truth_samples} samples, worst at {worst['at']})",
+                layer=name,
+            )
+        )
     if _exceeds(layer.rel_l2_max, policy.rel_l2_max):
-        failed.append(GateResult("rel_l2_max", False, f"layer {name}: worst relative L2 {layer.rel_l2_max:.3g} "
-                                 f"> {policy.rel_l2_max:.3g} (at {layer.worst_at})", layer=name))
+        failed.append(
+            GateResult(
+                "rel_l2_max",
+                False,
+                f"layer {name}: worst relative L2 {layer.rel_l2_max:.3g} "
+                f"> {policy.rel_l2_max:.3g} (at {layer.worst_at})",
+                layer=name,
+            )
+        )
     p99 = layer.rel_l2_p99()
     if p99 is not None and (final or layer.compared >= policy.min_compared_calls) and _exceeds(p99, policy.rel_l2_p99):
-        failed.append(GateResult("rel_l2_p99", False, f"layer {name}: relative L2 p99 {p99:.3g} > "
-                                 f"{policy.rel_l2_p99:.3g} over {layer.compared} compared calls", layer=name))
+        failed.append(
+            GateResult(
+                "rel_l2_p99",
+                False,
+                f"layer {name}: relative L2 p99 {p99:.3g} > "
+                f"{policy.rel_l2_p99:.3g} over {layer.compared} compared calls",
+                layer=name,
+            )
+        )
     if _exceeds(layer.max_abs, policy.max_abs):
-        failed.append(GateResult("max_abs", False, f"layer {name}: max abs difference {layer.max_abs:.3g} > "
-                                 f"{policy.max_abs:.3g}", layer=name))
+        failed.append(
+            GateResult(
+                "max_abs",
+                False,
+                f"layer {name}: max abs difference {layer.max_abs:.3g} > " f"{policy.max_abs:.3g}",
+                layer=name,
+            )
+        )
     return failed
 
 
@@ -219,20 +261,41 @@ def _rank_gates(policy: ShadowPolicy, rank: RankObservation, expected_mode: str)
     if rank.heartbeat_age_s is None:
         failed.append(GateResult("silence", False, f"{label}: no heartbeat", **where))
     elif rank.heartbeat_age_s > policy.max_silence_s:
-        failed.append(GateResult("silence", False, f"{label}: silent for {rank.heartbeat_age_s:.1f} s "
-                                 f"(> {policy.max_silence_s:g} s)", **where))
+        failed.append(
+            GateResult(
+                "silence",
+                False,
+                f"{label}: silent for {rank.heartbeat_age_s:.1f} s " f"(> {policy.max_silence_s:g} s)",
+                **where,
+            )
+        )
     if rank.restarts > policy.max_unclean_restarts:
-        failed.append(GateResult("restart", False, f"{label}: restarted {rank.restarts} time(s) during the run "
-                                 f"(allowed {policy.max_unclean_restarts}) {rank.reason}".rstrip(), **where))
+        failed.append(
+            GateResult(
+                "restart",
+                False,
+                f"{label}: restarted {rank.restarts} time(s) during the run "
+                f"(allowed {policy.max_unclean_restarts}) {rank.reason}".rstrip(),
+                **where,
+            )
+        )
     if rank.mode_active is not None and rank.mode_active != expected_mode:
         why = f": {rank.reason}" if rank.reason else ""
-        failed.append(GateResult("mode", False, f"{label}: running {rank.mode_active}, not {expected_mode}{why}",
-                                 **where))
+        failed.append(
+            GateResult("mode", False, f"{label}: running {rank.mode_active}, not {expected_mode}{why}", **where)
+        )
     return failed
 
 
-def evaluate_shadow(policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankObservation],
-                    elapsed_s: float, *, final: bool, expected_mode: str = "shadow") -> Verdict:
+def evaluate_shadow(
+    policy: ShadowPolicy,
+    summary: StatsSummary,
+    ranks: list[RankObservation],
+    elapsed_s: float,
+    *,
+    final: bool,
+    expected_mode: str = "shadow",
+) -> Verdict:
     """Check a shadow run against `policy`. `final=False` checks only what can breach mid-run."""
     results: list[GateResult] = []
     for name, layer in summary.sorted_layers():
@@ -251,16 +314,31 @@ def evaluate_shadow(policy: ShadowPolicy, summary: StatsSummary, ranks: list[Ran
 def _completion_gates(policy: ShadowPolicy, summary: StatsSummary, elapsed_s: float) -> list[GateResult]:
     failed = []
     if elapsed_s < policy.min_duration_s:
-        failed.append(GateResult("duration", False, f"ran {elapsed_s:.0f} s, policy needs at least "
-                                 f"{policy.min_duration_s:.0f} s"))
+        failed.append(
+            GateResult(
+                "duration", False, f"ran {elapsed_s:.0f} s, policy needs at least " f"{policy.min_duration_s:.0f} s"
+            )
+        )
     if not summary.layers:
-        failed.append(GateResult("compared_calls", False, "no verify call was compared (no stats records for "
-                                 "this run: is traffic reaching the server?)"))
+        failed.append(
+            GateResult(
+                "compared_calls",
+                False,
+                "no verify call was compared (no stats records for " "this run: is traffic reaching the server?)",
+            )
+        )
     else:
         name, layer = min(summary.sorted_layers(), key=lambda item: item[1].compared)
         if layer.compared < policy.min_compared_calls:
-            failed.append(GateResult("compared_calls", False, f"layer {name}: {layer.compared} compared calls, "
-                                     f"policy needs at least {policy.min_compared_calls}", layer=name))
+            failed.append(
+                GateResult(
+                    "compared_calls",
+                    False,
+                    f"layer {name}: {layer.compared} compared calls, "
+                    f"policy needs at least {policy.min_compared_calls}",
+                    layer=name,
+                )
+            )
     return failed
 
 
@@ -269,7 +347,9 @@ def _passed_descriptions(policy: ShadowPolicy, final: bool) -> dict[str, str]:
         "rel_l2_max": f"every layer's worst relative L2 <= {policy.rel_l2_max:.3g}",
         "max_abs": f"every layer's max abs difference <= {policy.max_abs:.3g}",
         "nonfinite": f"non-finite outputs <= {policy.max_nonfinite}",
-        "truth_anchor": f"custom error vs float64 <= {policy.truth_anchor_k} x Triton's + {policy.truth_anchor_floor:.3g}",
+        "truth_anchor": (
+            f"custom error vs float64 <= {policy.truth_anchor_k} x Triton's + {policy.truth_anchor_floor:.3g}"
+        ),
         "silence": f"every rank heartbeating within {policy.max_silence_s:g} s",
         "restart": f"restarts <= {policy.max_unclean_restarts}",
         "mode": "every rank running the requested mode",

@@ -104,7 +104,9 @@ def _read_yaml(path: Path) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"policy {source}: file not found", hint="pass an existing file to --policy") from None
     except OSError as exc:
-        raise ConfigError(f"policy {source}: cannot read it ({exc.strerror})", hint="check the path and its permissions") from None
+        raise ConfigError(
+            f"policy {source}: cannot read it ({exc.strerror})", hint="check the path and its permissions"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -156,5 +158,9 @@ def load_policy(path: str | Path | None = None) -> Policy:
         built[section] = cls(**body)
     shadow = built["shadow"]
     if shadow.rel_l2_p99 > shadow.rel_l2_max:
-        raise _fail(source, "shadow.rel_l2_p99", f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})")
+        raise _fail(
+            source,
+            "shadow.rel_l2_p99",
+            f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})",
+        )
     return Policy(source=source, shadow=shadow, promote=built["promote"])

@@ -57,24 +57,12 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
                   verbose: bool = False) -> StageReport:
     """Stage `release` on `hosts` (rollout order). Raises before changing anything if a host's phase or
     lock forbids it or preflight fails; per-host failures of the stage itself are in the report."""
-    for host in hosts:
-        wheel = host.vars.get("cutover_plugin_wheel")
-        if host.manages_plugin and not os.path.isfile(wheel):
-            raise ConfigError(f"{host.inventory_file}: host {host.name!r}: field 'cutover_plugin_wheel': {wheel} "
-                              f"does not exist", hint="build it with `pip wheel --no-deps -w dist/wheels .`")
+    _check_plugin_wheels(hosts)
     report = StageReport(release.release_id, check, [HostStage(h.name) for h in hosts])
     by_name = {h.name: h for h in report.hosts}
-    states: dict[str, HostState] = {}
-    locks: dict[str, LockRecord] = {}
     with ExitStack() as stack:
-        for host in hosts:
-            try:
-                transport = stack.enter_context(open_transport(host))
-            except HostError as err:
-                by_name[host.name].outcome, by_name[host.name].message = "unreachable", err.message
-                say(f"[red]{err.message}[/red]: leaving it out")
-                continue
-            states[host.name] = HostState(host, transport, settings)
+        states = _connect(hosts, settings, stack, by_name, say)
+        locks: dict[str, LockRecord] = {}
         stack.callback(_release_locks, states, locks)
         # The lock must outlive the longest restart wait of this rollout.
         ttl = max([settings.lock_ttl_s] + [h.start_timeout_s + 600 for h in hosts])
@@ -90,33 +78,14 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
             if confirm_restart(restart):
                 say(f"will restart serving on {', '.join(restart)} to load {release.release_id}")
             else:
-                report.restart_declined = restart
-                restart = []
-        manifest = release.manifest
-        preflight = ansible.run_playbook(
-            "preflight.yml", inventory, reachable, check=check, verbose=verbose,
-            extravars={"cutover_release_archs": manifest["archs"],
-                       "cutover_release_min_driver": manifest["min_driver"]})
-        if not preflight.ok:
-            problems = "\n".join(preflight_message(o) if not o.unreachable else
-                                 f"host {o.name} is unreachable: {o.message}" for o in preflight.failed())
-            if not check:
-                for outcome in preflight.failed():
-                    if outcome.name in states and not outcome.unreachable:
-                        states[outcome.name].journal("stage_refused", release_id=release.release_id,
-                                                     stage="preflight", reason=problems)
-            raise HostError(f"preflight failed; nothing was changed:\n{problems}",
-                            hint="fix the host or rebuild the release for it, then run `cutover stage` again")
-        for host in reachable:
-            for check_result in preflight.hosts[host.name].facts.get("cutover_preflight", {}).get("checks", []):
-                if check_result.get("note") and check_result.get("ok"):
-                    say(f"{host.name}: {check_result['note']}")
+                report.restart_declined, restart = restart, []
+        _preflight(inventory, reachable, states, release, check=check, verbose=verbose, say=say)
         result = ansible.run_playbook(
             "stage.yml", inventory, reachable, check=check, verbose=verbose,
             extravars={
                 "cutover_release_id": release.release_id,
                 "cutover_release_src": str(release.path.resolve()),
-                "cutover_release_files": manifest["files"],
+                "cutover_release_files": release.manifest["files"],
                 "cutover_operator": settings.operator,
                 "cutover_restart_hosts": restart,
                 "cutover_heartbeat_stale_s": settings.heartbeat_stale_s,
@@ -126,6 +95,52 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
             if not check and not result.hosts[host.name].unreachable:
                 _journal(states[host.name], by_name[host.name], release.release_id)
     return report
+
+
+def _check_plugin_wheels(hosts: list[Host]) -> None:
+    for host in hosts:
+        wheel = host.vars.get("cutover_plugin_wheel")
+        if host.manages_plugin and not os.path.isfile(wheel):
+            raise ConfigError(f"{host.inventory_file}: host {host.name!r}: field 'cutover_plugin_wheel': {wheel} "
+                              f"does not exist", hint="build it with `pip wheel --no-deps -w dist/wheels .`")
+
+
+def _connect(hosts: list[Host], settings: Settings, stack: ExitStack, by_name: dict[str, HostStage],
+             say: Callable[[str], None]) -> dict[str, HostState]:
+    """A HostState per reachable host; unreachable hosts are marked in the report and left out."""
+    states = {}
+    for host in hosts:
+        try:
+            transport = stack.enter_context(open_transport(host))
+        except HostError as err:
+            by_name[host.name].outcome, by_name[host.name].message = "unreachable", err.message
+            say(f"[red]{err.message}[/red]: leaving it out")
+            continue
+        states[host.name] = HostState(host, transport, settings)
+    return states
+
+
+def _preflight(inventory: Inventory, hosts: list[Host], states: dict[str, HostState], release: Release, *,
+               check: bool, verbose: bool, say: Callable[[str], None]) -> None:
+    """Run preflight.yml; HostError (and a journaled refusal) if any host fails; print the checks' notes."""
+    manifest = release.manifest
+    preflight = ansible.run_playbook(
+        "preflight.yml", inventory, hosts, check=check, verbose=verbose,
+        extravars={"cutover_release_archs": manifest["archs"], "cutover_release_min_driver": manifest["min_driver"]})
+    if not preflight.ok:
+        problems = "\n".join(preflight_message(o) if not o.unreachable else
+                             f"host {o.name} is unreachable: {o.message}" for o in preflight.failed())
+        if not check:
+            for outcome in preflight.failed():
+                if not outcome.unreachable:
+                    states[outcome.name].journal("stage_refused", release_id=release.release_id,
+                                                 stage="preflight", reason=problems)
+        raise HostError(f"preflight failed; nothing was changed:\n{problems}",
+                        hint="fix the host or rebuild the release for it, then run `cutover stage` again")
+    for host in hosts:
+        for result in preflight.hosts[host.name].facts.get("cutover_preflight", {}).get("checks", []):
+            if result.get("note") and result.get("ok"):
+                say(f"{host.name}: {result['note']}")
 
 
 def _hosts_to_restart(states: dict[str, HostState], release_id: str) -> list[str]:

@@ -234,7 +234,13 @@ class HostState:
                   run_id: str | None = None, force: bool = False) -> PhaseRecord:
         """Move to `target`; PhaseError if the state machine forbids it, unless `force` (the caller journals
         the override)."""
-        current = self.read_phase() if force else self.check_phase(target)
+        if force:
+            try:
+                current = self.read_phase()
+            except HostError:
+                current = PhaseRecord(phase="unknown")  # a corrupt phase file is replaced
+        else:
+            current = self.check_phase(target)
         record = PhaseRecord(target, release_id if release_id is not None else current.release_id, time.time(),
                              self.settings.operator, reason, run_id)
         self.transport.write_atomic(self.paths.phase, json.dumps(asdict(record), sort_keys=True))

@@ -23,7 +23,10 @@ def host_status(host: Host, settings: Settings) -> dict:
 
 
 def _read(host: Host, state: HostState, transport, now: float) -> dict:
-    phase = state.read_phase()
+    try:
+        phase, phase_error = asdict(state.read_phase()), None
+    except CutoverError as err:
+        phase, phase_error = {"phase": "unknown"}, err.message
     try:
         control = state.read_control()
         control_error = None
@@ -49,7 +52,8 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
     return {
         "host": host.name,
         "reachable": True,
-        "phase": asdict(phase),
+        "phase": phase,
+        "phase_error": phase_error,
         "requested_mode": control.mode if control else None,
         "effective_mode": control.effective_mode(now) if control else None,
         "generation": control.generation if control else None,

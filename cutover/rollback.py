@@ -58,36 +58,33 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
                     follow_up.append(host)
                     if line.serving:
                         serving_hosts.append(host.name)
-        except LockHeldError as err:
-            line.ok = False
-            line.messages.append(err.message)
         except HostError as err:
-            if line.generation is None:
+            if line.generation is None:  # the flip itself could not be done directly: Ansible does it
                 line.messages.append(f"fast path failed ({err.message}); using Ansible")
                 line.path = "ansible"
                 fallback.append(host)
             else:
                 line.ok = False
                 line.messages.append(err.message)
-        except CutoverError as err:
+        except CutoverError as err:  # lock refused for the follow-up, ack timeout
             line.ok = False
             line.messages.append(err.message)
+    for host in fallback:
+        if uninstall and not host.manages_plugin:
+            results[host.name].messages.append(_not_managed(host).message)
+        elif to_previous or uninstall:
+            follow_up.append(host)
     if fallback or follow_up:
-        restart = []
-        if serving_hosts and confirm_restart(serving_hosts):
-            restart = serving_hosts
-        elif serving_hosts:
-            for name in serving_hosts:
-                results[name].messages.append("serving not restarted: it keeps the rolled-back release loaded, "
-                                              "in mode triton, until restarted (`cutover rollback ... --yes`)")
+        restart = _agreed_restarts(serving_hosts, results, confirm_restart)
         targets = fallback + [h for h in follow_up if h not in fallback]
         say(f"running playbooks/rollback.yml on {', '.join(h.name for h in targets)}")
+        changing = [h.name for h in follow_up]
         run = ansible.run_playbook("rollback.yml", inventory, targets, verbose=verbose, extravars={
             "cutover_operator": settings.operator,
             "cutover_reason": reason,
             "cutover_flip_hosts": [h.name for h in fallback],
-            "cutover_to_previous": to_previous,
-            "cutover_uninstall": uninstall,
+            "cutover_previous_hosts": changing if to_previous else [],
+            "cutover_uninstall_hosts": changing if uninstall else [],
             "cutover_restart_hosts": restart,
             "cutover_ack_timeout_s": settings.ack_timeout_s,
             "cutover_heartbeat_stale_s": settings.heartbeat_stale_s,
@@ -96,16 +93,26 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
             outcome, line = run.hosts[host.name], results[host.name]
             if not outcome.ok:
                 line.ok = False
-                line.messages.append(f"{outcome.failed_task or 'ansible'}: {outcome.message}"
-                                     if outcome.message else "Ansible did not reach this host")
+                line.messages.append(f"{outcome.failed_task or 'ansible'}: {outcome.message}")
                 continue
             if host in fallback:
-                line.ok = True
-            line.release_switched_to = outcome.facts.get("cutover_restored_release")
-            line.uninstalled = uninstall
-            line.restarted = host.name in restart
-            _record_follow_up(host, settings, line, to_previous)
+                line.ok = not (uninstall and not host.manages_plugin)
+            if host.name in changing:
+                line.release_switched_to = outcome.facts.get("cutover_restored_release")
+                line.uninstalled = uninstall
+                line.restarted = host.name in restart
+                _record_follow_up(host, settings, line, to_previous)
     return [results[h.name] for h in hosts]
+
+
+def _agreed_restarts(serving_hosts: list[str], results: dict[str, HostRollback],
+                     confirm_restart: Callable[[list[str]], bool]) -> list[str]:
+    if serving_hosts and confirm_restart(serving_hosts):
+        return serving_hosts
+    for name in serving_hosts:
+        results[name].messages.append("serving not restarted: it keeps the rolled-back release loaded, in mode "
+                                      "triton, until restarted (`cutover rollback ... --yes`)")
+    return []
 
 
 def _fast_flip(state: HostState, line: HostRollback, reason: str) -> None:
@@ -128,9 +135,12 @@ def _fast_flip(state: HostState, line: HostRollback, reason: str) -> None:
                              + ack.summary())
         state.journal("rollback", generation=line.generation, already_triton=line.already_triton,
                       serving=ack.serving, path="fast", reason=reason)
-        phase = state.read_phase()
-        if phase.phase not in ("idle", "rolled_back"):
-            state.set_phase("rolled_back", reason=reason)
+        try:
+            phase = state.read_phase().phase
+        except HostError:
+            phase = "unknown"  # corrupt: rollback re-establishes it
+        if phase not in ("idle", "rolled_back"):
+            state.set_phase("rolled_back", reason=reason, force=phase == "unknown")
     finally:
         if lock is not None:
             state.release_lock(lock)
@@ -156,7 +166,11 @@ def _check_follow_up(host: Host, state: HostState, to_previous: bool, uninstall:
         raise LockHeldError(f"host {host.name} is locked by {held.describe()}: the release was not changed "
                             f"(the host is on triton)")
     if uninstall and not host.manages_plugin:
-        raise HostError(f"host {host.name}: the plugin there is not installed by cutover "
+        raise _not_managed(host)
+
+
+def _not_managed(host: Host) -> CutoverError:
+    return CutoverError(f"host {host.name}: the plugin there is not installed by cutover "
                         f"(cutover_install_plugin is false): nothing was uninstalled (the host is on triton)",
                         hint="remove it from the serving environment by hand if you must")
 

@@ -371,6 +371,7 @@ def connect(host: Host) -> paramiko.SSHClient:
             f"host {host.name} ({where}) is unreachable: {reason}",
             hint="check ansible_host/ansible_port in the inventory and that sshd runs there",
         ) from exc
+    client.get_transport().set_keepalive(15)  # long ack waits and shadow runs keep an idle session open
     return client
 
 

@@ -184,6 +184,15 @@ class TestHost:
     def lock(self) -> dict | None:
         return self._json("lock")
 
+    def plant_lock(self, owner: str, expires_in_s: float, action: str = "shadow") -> dict:
+        """Write the operator lock as another operator's cutover would (negative expiry: already expired)."""
+        now = time.time()
+        record = {"owner": owner, "action": action, "acquired_at": now - 60, "expires_at": now + expires_in_s,
+                  "token": "0123456789abcdef", "pid": 4242}
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "lock").write_text(json.dumps(record))
+        return record
+
     def journal(self) -> list[dict]:
         path = self.state_dir / "journal.jsonl"
         text = path.read_text() if path.exists() else ""

@@ -54,6 +54,11 @@ class Context:
     inventory: Inventory
     hosts: list[Host]
 
+    @property
+    def ansible_output(self) -> bool:
+        """Show Ansible's own output (--verbose), never into a --json stdout."""
+        return self.options.verbose and not self.options.json
+
     def say(self, message: str) -> None:
         """Progress for people (on stderr when --json, so stdout stays one JSON document)."""
         (err_console if self.options.json else console).print(message, highlight=False)

@@ -16,11 +16,18 @@ from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
 def promote(
     ctx: typer.Context,
-    watch_minutes: Annotated[Optional[float], typer.Option(
-        "--watch-minutes", min=0.05, show_default=False,
-        help="Watch window per host before it goes leaseless [default: the policy's, 10 minutes].")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Promote even without a passed shadow of the staged release (journaled).")] = False,
+    watch_minutes: Annotated[
+        Optional[float],
+        typer.Option(
+            "--watch-minutes",
+            min=0.05,
+            show_default=False,
+            help="Watch window per host before it goes leaseless [default: the policy's, 10 minutes].",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Promote even without a passed shadow of the staged release (journaled).")
+    ] = False,
     policy: PolicyOpt = None,
     lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
     inventory: common.InventoryOpt = None,
@@ -33,8 +40,9 @@ def promote(
     Hosts go one at a time, canary first: flip to custom with ack under a lease, watch health, verify-step
     rate and error counters against the shadow baseline; a regression rolls that host back and stops.
     After a clean window the host runs custom without a lease. Already promoted hosts are left alone."""
-    options = PromoteOptions(policy=load_policy(policy), watch_minutes=watch_minutes, force=force,
-                             lease_ttl_s=lease_ttl)
+    options = PromoteOptions(
+        policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl
+    )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
     results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say)
     if c.options.json:

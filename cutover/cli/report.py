@@ -23,8 +23,15 @@ def report(
     run_id = run or latest_run_id(reports_dir)
     files = write_report(RunStore(reports_dir, run_id))
     if common.merged(ctx, json_out=json_out).json:
-        common.print_json({"run_id": run_id, "markdown": str(files.markdown), "json": str(files.json),
-                           "plots": [str(p) for p in files.plots], "plot_note": files.plot_note})
+        common.print_json(
+            {
+                "run_id": run_id,
+                "markdown": str(files.markdown),
+                "json": str(files.json),
+                "plots": [str(p) for p in files.plots],
+                "plot_note": files.plot_note,
+            }
+        )
         return
     if files.plot_note:
         common.console.print(files.plot_note, highlight=False)

@@ -38,7 +38,7 @@ def rollback(
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
     results = rollback_lib.rollback_hosts(
         c.inventory, c.hosts, c.settings, reason=reason, to_previous=to == "previous", uninstall=uninstall,
-        say=c.say, verbose=c.options.verbose,
+        say=c.say, verbose=c.ansible_output,
         confirm_restart=lambda names: c.confirm(f"Restart serving on {', '.join(names)} to load the change?"))
     if c.options.json:
         common.print_json({"hosts": [vars(r) for r in results]})

@@ -20,15 +20,33 @@ from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, Progress, ShadowOptions
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 
-PolicyOpt = Annotated[Optional[str], typer.Option(
-    "--policy", envvar="CUTOVER_POLICY", show_default=False,
-    help="Gate policy YAML; fields it sets override checks/policies/default.yml.")]
-ReportsOpt = Annotated[Optional[str], typer.Option(
-    "--reports-dir", envvar=REPORTS_DIR_ENV, show_default=False,
-    help="Where runs and reports are kept locally [default: ./reports].")]
-LeaseOpt = Annotated[float, typer.Option(
-    "--lease-ttl", envvar="CUTOVER_LEASE_TTL_S", min=2.0,
-    help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost).")]
+PolicyOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--policy",
+        envvar="CUTOVER_POLICY",
+        show_default=False,
+        help="Gate policy YAML; fields it sets override checks/policies/default.yml.",
+    ),
+]
+ReportsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--reports-dir",
+        envvar=REPORTS_DIR_ENV,
+        show_default=False,
+        help="Where runs and reports are kept locally [default: ./reports].",
+    ),
+]
+LeaseOpt = Annotated[
+    float,
+    typer.Option(
+        "--lease-ttl",
+        envvar="CUTOVER_LEASE_TTL_S",
+        min=2.0,
+        help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost).",
+    ),
+]
 
 
 def _duration_s(hours: float | None, minutes: float | None) -> float:
@@ -48,21 +66,34 @@ def _clock(seconds: float) -> str:
 def _headline(p: Progress) -> str:
     t = p.totals
     worst = "-" if t["worst_rel_l2"] is None else f"{t['worst_rel_l2']:.3g} (layer {t['worst_layer']})"
-    return (f"shadow {p.run_id}: {_clock(p.elapsed_s)} elapsed, {_clock(p.duration_s - p.elapsed_s)} left | "
-            f"compared {t['compared']} | worst rel-L2 {worst} | non-finite custom/Triton "
-            f"{t['nonfinite_custom']}/{t['nonfinite_stock']} | truth samples {t['truth_samples']}")
+    return (
+        f"shadow {p.run_id}: {_clock(p.elapsed_s)} elapsed, {_clock(p.duration_s - p.elapsed_s)} left | "
+        f"compared {t['compared']} | worst rel-L2 {worst} | non-finite custom/Triton "
+        f"{t['nonfinite_custom']}/{t['nonfinite_stock']} | truth samples {t['truth_samples']}"
+    )
 
 
 def _render(p: Progress) -> Group:
     table = Table("host", "rank", "mode", "heartbeat age", "restarts", "note")
     for rank in p.ranks:
         age = "none" if rank.heartbeat_age_s is None else f"{rank.heartbeat_age_s:.1f} s"
-        table.add_row(rank.host, str(rank.rank), rank.mode_active or "-", age, str(rank.restarts),
-                      p.host_errors.get(rank.host) or rank.reason)
+        table.add_row(
+            rank.host,
+            str(rank.rank),
+            rank.mode_active or "-",
+            age,
+            str(rank.restarts),
+            p.host_errors.get(rank.host) or rank.reason,
+        )
     parts = [_headline(p), table]
     if p.load:
-        parts.append("load: " + "; ".join(f"{h}: sent {c['sent']} ok {c['ok']} failed {c['failed']} skipped "
-                                          f"{c['skipped']}" for h, c in p.load.items()))
+        parts.append(
+            "load: "
+            + "; ".join(
+                f"{h}: sent {c['sent']} ok {c['ok']} failed {c['failed']} skipped " f"{c['skipped']}"
+                for h, c in p.load.items()
+            )
+        )
     return Group(*parts)
 
 
@@ -72,8 +103,10 @@ def shadow(
     minutes: Annotated[Optional[float], typer.Option("--minutes", help="Shadow for this many minutes.")] = None,
     sample_rate: Annotated[int, typer.Option("--sample-rate", min=1, help="Compare every Nth verify call.")] = 1,
     policy: PolicyOpt = None,
-    load: Annotated[Optional[str], typer.Option(
-        "--load", help="Drive prompts from this YAML file at the servers' /generate during the run.")] = None,
+    load: Annotated[
+        Optional[str],
+        typer.Option("--load", help="Drive prompts from this YAML file at the servers' /generate during the run."),
+    ] = None,
     lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
     reports_dir: ReportsOpt = None,
     inventory: common.InventoryOpt = None,
@@ -85,16 +118,24 @@ def shadow(
     """Shadow the staged release: every verify step runs Triton AND the custom kernel, divergence is gated
     live. A breach rolls every target back to Triton at once and exits non-zero; Ctrl-C returns them to
     Triton cleanly. The verdict is stored on the hosts and locally, and the report path is printed."""
-    options = ShadowOptions(duration_s=_duration_s(hours, minutes), policy=load_policy(policy),
-                            sample_rate=sample_rate, lease_ttl_s=lease_ttl,
-                            load=load_spec(load) if load else None, reports_dir=reports_dir)
+    options = ShadowOptions(
+        duration_s=_duration_s(hours, minutes),
+        policy=load_policy(policy),
+        sample_rate=sample_rate,
+        lease_ttl_s=lease_ttl,
+        load=load_spec(load) if load else None,
+        reports_dir=reports_dir,
+    )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
-    c.say(f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
-          f"{options.policy.source} (lease {lease_ttl:g} s)")
+    c.say(
+        f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
+        f"{options.policy.source} (lease {lease_ttl:g} s)"
+    )
     if not c.options.json and sys.stdout.isatty():
         with Live(console=common.console, refresh_per_second=2, transient=False) as live:
-            outcome = run_shadow(c.inventory, c.hosts, c.settings, options,
-                                 on_progress=lambda p: live.update(_render(p)))
+            outcome = run_shadow(
+                c.inventory, c.hosts, c.settings, options, on_progress=lambda p: live.update(_render(p))
+            )
     else:
         out = common.err_console if c.options.json else common.console
         last = [0.0]
@@ -108,8 +149,15 @@ def shadow(
         outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=plain)
     record = outcome.record
     if c.options.json:
-        common.print_json({"run_id": record.run_id, "outcome": record.outcome, "reasons": record.reasons,
-                           "release_id": record.release_id, "report": str(outcome.report.markdown)})
+        common.print_json(
+            {
+                "run_id": record.run_id,
+                "outcome": record.outcome,
+                "reasons": record.reasons,
+                "release_id": record.release_id,
+                "report": str(outcome.report.markdown),
+            }
+        )
         return
     c.say(f"shadow run {record.run_id} PASSED for release {record.release_id} on {', '.join(record.hosts)}")
     for reason in record.reasons:

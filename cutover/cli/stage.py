@@ -41,7 +41,7 @@ def stage(
     c.say(f"staging release {rel.release_id} on {', '.join(h.name for h in c.hosts)}"
           + (" (check mode: nothing will change)" if check else ""))
     report = deploy.stage_release(
-        c.inventory, c.hosts, c.settings, rel, check=check, say=c.say, verbose=c.options.verbose,
+        c.inventory, c.hosts, c.settings, rel, check=check, say=c.say, verbose=c.ansible_output,
         confirm_restart=lambda names: c.confirm(
             f"Restart serving on {', '.join(names)} so it loads release {rel.release_id}?"))
     if c.options.json:

@@ -45,26 +45,38 @@ def load_spec(path: str | Path) -> LoadSpec:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
-        raise ConfigError(f"load file {source}: cannot read it ({exc.strerror})", hint="pass an existing file to --load") from None
+        raise ConfigError(
+            f"load file {source}: cannot read it ({exc.strerror})", hint="pass an existing file to --load"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"load file {source}: not valid YAML/JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"load file {source}: must be a mapping with 'prompts' and 'rate_per_s'")
     unknown = sorted(set(data) - {"prompts", "rate_per_s", "max_new_tokens", "timeout_s"})
     if unknown:
-        raise ConfigError(f"load file {source}: field '{unknown[0]}' is not known",
-                          hint="known fields: prompts, rate_per_s, max_new_tokens, timeout_s")
+        raise ConfigError(
+            f"load file {source}: field '{unknown[0]}' is not known",
+            hint="known fields: prompts, rate_per_s, max_new_tokens, timeout_s",
+        )
     prompts = data.get("prompts")
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ConfigError(f"load file {source}: field 'prompts' must be a non-empty list of strings")
-    limits = {"rate_per_s": (float, MAX_RATE_PER_S), "max_new_tokens": (int, MAX_NEW_TOKENS), "timeout_s": (float, 600.0)}
+    limits = {
+        "rate_per_s": (float, MAX_RATE_PER_S),
+        "max_new_tokens": (int, MAX_NEW_TOKENS),
+        "timeout_s": (float, 600.0),
+    }
     values = {}
     for name, (kind, top) in limits.items():
         if name not in data:
             continue
         value = data[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top \
-                or (kind is int and not float(value).is_integer()):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < value <= top
+            or (kind is int and not float(value).is_integer())
+        ):
             raise ConfigError(f"load file {source}: field '{name}' must be a number in (0, {top:g}], got {value!r}")
         values[name] = kind(value)
     return LoadSpec(prompts=tuple(prompts), **values)

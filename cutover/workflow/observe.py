@@ -114,8 +114,11 @@ def with_heartbeat_counters(sample: ServerSample, trackers: list[RankTracker]) -
     baseline and the watch always compare like with like."""
     if not sample.healthy or not trackers:
         return sample
-    for attribute, counter in (("verify_steps_total", "verify_steps"), ("errors_total", "errors"),
-                               ("nonfinite_total", "nonfinite_custom")):
+    for attribute, counter in (
+        ("verify_steps_total", "verify_steps"),
+        ("errors_total", "errors"),
+        ("nonfinite_total", "nonfinite_custom"),
+    ):
         if getattr(sample, attribute) is None and any(counter in t.counters for t in trackers):
             setattr(sample, attribute, float(sum(t.counters.get(counter, 0) for t in trackers)))
     return sample

@@ -27,8 +27,10 @@ def server_url(host: Host) -> str:
     """http://<serving_address or ansible_host>:<serving_port> of the host's server."""
     port = host.vars.get("serving_port")
     if not isinstance(port, int):
-        raise ConfigError(f"{host.inventory_file}: host {host.name!r}: field 'serving_port' is missing",
-                          hint="set the HTTP port of the serving process (SGLang or the sandbox)")
+        raise ConfigError(
+            f"{host.inventory_file}: host {host.name!r}: field 'serving_port' is missing",
+            hint="set the HTTP port of the serving process (SGLang or the sandbox)",
+        )
     return f"http://{host.serving_address}:{port}"
 
 
@@ -77,9 +79,14 @@ def probe(host: Host, session: requests.Session, timeout_s: float = 3.0) -> Serv
         return ServerSample(at=now, healthy=False, error=f"{base} unreachable: {type(exc).__name__}")
     values = parse_metrics(metrics.text)
     accept = values.get(ACCEPT_LENGTH)
-    return ServerSample(at=now, healthy=True, verify_steps_total=values.get(VERIFY_STEPS),
-                        errors_total=values.get(ERRORS), nonfinite_total=values.get(NONFINITE),
-                        accept_length=accept if accept is not None and math.isfinite(accept) and accept > 0 else None)
+    return ServerSample(
+        at=now,
+        healthy=True,
+        verify_steps_total=values.get(VERIFY_STEPS),
+        errors_total=values.get(ERRORS),
+        nonfinite_total=values.get(NONFINITE),
+        accept_length=accept if accept is not None and math.isfinite(accept) and accept > 0 else None,
+    )
 
 
 def baseline(samples: list[ServerSample]) -> dict:

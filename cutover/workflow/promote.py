@@ -68,8 +68,10 @@ def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
         plan.override = refusal or ""
         plans.append(plan)
     if refusals:
-        raise PhaseError("promote refused, nothing was changed:\n  " + "\n  ".join(refusals),
-                         hint="run `cutover shadow` for the staged release until it passes (or --force, journaled)")
+        raise PhaseError(
+            "promote refused, nothing was changed:\n  " + "\n  ".join(refusals),
+            hint="run `cutover shadow` for the staged release until it passes (or --force, journaled)",
+        )
     return plans
 
 
@@ -83,20 +85,27 @@ def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
             plan.action = "already promoted"
             return plan, None
     if loaded is None:
-        return plan, (f"host {link.name}: not every rank is heartbeating: the serving process is down or "
-                      f"the plugin is not loaded")
+        return plan, (
+            f"host {link.name}: not every rank is heartbeating: the serving process is down or "
+            f"the plugin is not loaded"
+        )
     if loaded != phase.release_id:
         return plan, f"host {link.name}: release {phase.release_id} is staged but the ranks run {loaded}"
     if phase.phase != "shadow_passed" or not phase.run_id:
-        return plan, f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has not passed shadow"
+        return (
+            plan,
+            f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has not passed shadow",
+        )
     text = link.call(lambda st: st.transport.read_text(st.paths.verdict(phase.run_id)))
     try:
         verdict = json.loads(text or "")
     except ValueError:
         return plan, f"host {link.name}: the verdict of shadow run {phase.run_id} is missing or unreadable"
     if not verdict.get("passed") or verdict.get("release_id") != loaded:
-        return plan, (f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
-                      f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})")
+        return plan, (
+            f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
+            f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})"
+        )
     plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
     return plan, None
 
@@ -105,8 +114,13 @@ class _Regression(Exception):
     pass
 
 
-def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, options: PromoteOptions,
-                on_event: Callable[[str], None] | None = None) -> list[HostPromotion]:
+def run_promote(
+    inventory: Inventory,
+    hosts: list[Host],
+    settings: Settings,
+    options: PromoteOptions,
+    on_event: Callable[[str], None] | None = None,
+) -> list[HostPromotion]:
     """Promote `hosts` in order (canary first); raise GateFailedError at the first regression."""
     say = on_event or (lambda message: None)
     links = [HostLink(host, settings) for host in hosts]
@@ -137,39 +151,74 @@ def run_promote(inventory: Inventory, hosts: list[Host], settings: Settings, opt
             link.close()
 
 
-def _promote_host(inventory: Inventory, link: HostLink, plan: HostPlan, settings: Settings, options: PromoteOptions,
-                  say: Callable[[str], None], keep_locks: Callable[[], None]) -> HostPromotion:
+def _promote_host(
+    inventory: Inventory,
+    link: HostLink,
+    plan: HostPlan,
+    settings: Settings,
+    options: PromoteOptions,
+    say: Callable[[str], None],
+    keep_locks: Callable[[], None],
+) -> HostPromotion:
     if plan.override:
         link.call(lambda st: st.journal("promote_forced", release_id=plan.release_id, overridden=plan.override))
         say(f"{link.name}: --force overrides: {plan.override}")
-    control = link.call(lambda st: st.set_mode("custom", reason="promote: guarded watch", release_id=plan.release_id,
-                                               lease_s=options.lease_ttl_s))
-    link.call(lambda st: st.journal("promote_start", release_id=plan.release_id, generation=control.generation,
-                                    watch_s=options.watch_s, shadow_run=plan.run_id))
+    control = link.call(
+        lambda st: st.set_mode(
+            "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s
+        )
+    )
+    link.call(
+        lambda st: st.journal(
+            "promote_start",
+            release_id=plan.release_id,
+            generation=control.generation,
+            watch_s=options.watch_s,
+            shadow_run=plan.run_id,
+        )
+    )
     try:
         ack = link.call(lambda st: st.wait_for_ack(control.generation))
-        say(f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
-            f"{options.watch_s / 60:g} min")
+        say(
+            f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
+            f"{options.watch_s / 60:g} min"
+        )
         _watch(link, plan, control.generation, ack, options, keep_locks)
-        final = link.call(lambda st: st.set_mode("custom", reason="promoted after a clean watch",
-                                                 release_id=plan.release_id))
+        final = link.call(
+            lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id)
+        )
         link.call(lambda st: st.wait_for_ack(final.generation))
     except (_Regression, CutoverError, KeyboardInterrupt) as exc:
         reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0]
         [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
-        outcome = ("rolled back to Triton" if result.ok else
-                   f"rollback not confirmed ({'; '.join(result.messages)}): the lease returns it to Triton within "
-                   f"{options.lease_ttl_s:.0f} s")
+        outcome = (
+            "rolled back to Triton"
+            if result.ok
+            else f"rollback not confirmed ({'; '.join(result.messages)}): the lease returns it to Triton within "
+            f"{options.lease_ttl_s:.0f} s"
+        )
         with contextlib.suppress(CutoverError):
-            link.call(lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason,
-                                            confirmed=result.ok))
+            link.call(
+                lambda st: st.journal(
+                    "promote_rolled_back", release_id=plan.release_id, reason=reason, confirmed=result.ok
+                )
+            )
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise GateFailedError(f"host {link.name}: {reason}; {outcome}; rollout stopped",
-                              hint="read `cutover status` and the journal; shadow again before promoting") from None
+        raise GateFailedError(
+            f"host {link.name}: {reason}; {outcome}; rollout stopped",
+            hint="read `cutover status` and the journal; shadow again before promoting",
+        ) from None
     forced = bool(plan.override)
-    link.call(lambda st: st.set_phase("promoted", release_id=plan.release_id, run_id=plan.run_id, force=forced,
-                                      reason=f"forced: {plan.override}" if forced else "watch passed"))
+    link.call(
+        lambda st: st.set_phase(
+            "promoted",
+            release_id=plan.release_id,
+            run_id=plan.run_id,
+            force=forced,
+            reason=f"forced: {plan.override}" if forced else "watch passed",
+        )
+    )
     link.call(lambda st: st.journal("promoted", release_id=plan.release_id, generation=final.generation, forced=forced))
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
     return HostPromotion(link.name, "promoted", f"release {plan.release_id}")
@@ -202,8 +251,9 @@ def _watch(link, plan, generation, ack, options, keep_locks) -> None:
             raise _Regression(problem)
 
 
-def find_regression(policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int,
-                last: ServerSample) -> str | None:
+def find_regression(
+    policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int, last: ServerSample
+) -> str | None:
     """The first regression against the shadow baseline, or None."""
     promote = policy.promote
     if failed_probes >= promote.max_failed_probes:
@@ -216,8 +266,10 @@ def find_regression(policy: Policy, base: dict, trackers, samples: list[ServerSa
             return f"rank {seen.rank} silent for more than {policy.shadow.max_silence_s:g} s"
         if seen.mode_active != "custom":
             return f"rank {seen.rank} is running {seen.mode_active}, not custom: {seen.reason}"
-    for counter, label in (("errors_total", "errors (cutover_errors_total)"),
-                           ("nonfinite_total", "non-finite outputs (cutover_nonfinite_total)")):
+    for counter, label in (
+        ("errors_total", "errors (cutover_errors_total)"),
+        ("nonfinite_total", "non-finite outputs (cutover_nonfinite_total)"),
+    ):
         counted = [getattr(s, counter) for s in samples if getattr(s, counter) is not None]
         if len(counted) >= 2 and counted[-1] - counted[0] > promote.max_new_errors:
             return f"{counted[-1] - counted[0]:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
@@ -226,12 +278,17 @@ def find_regression(policy: Policy, base: dict, trackers, samples: list[ServerSa
     if base_rate and len(rated) >= 3 and rated[-1].at > rated[0].at:
         rate = (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
         if rate < promote.min_verify_rate_ratio * base_rate:
-            return f"verify steps/s fell to {rate:.2f} (< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
+            return (
+                f"verify steps/s fell to {rate:.2f} "
+                f"(< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
+            )
     accepts = [s.accept_length for s in samples if s.accept_length is not None]
     base_accept = base.get("accept_length")
     if base_accept and accepts:
         mean = sum(accepts) / len(accepts)
         if mean < promote.min_accept_length_ratio * base_accept:
-            return (f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
-                    f"baseline {base_accept:.2f})")
+            return (
+                f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
+                f"baseline {base_accept:.2f})"
+            )
     return None

@@ -28,8 +28,11 @@ class ReportFiles:
 
 def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
     """Per-layer totals plus the time series the plots need."""
-    summary = StatsSummary(generations=meta["generations"], truth_k=meta["policy"]["shadow"]["truth_anchor_k"],
-                           truth_floor=meta["policy"]["shadow"]["truth_anchor_floor"])
+    summary = StatsSummary(
+        generations=meta["generations"],
+        truth_k=meta["policy"]["shadow"]["truth_anchor_k"],
+        truth_floor=meta["policy"]["shadow"]["truth_anchor_floor"],
+    )
     start = meta["started_at"]
     worst = defaultdict(lambda: defaultdict(float))  # layer -> second since start -> worst rel-L2
     compared = defaultdict(int)  # second since start -> calls compared (all layers, hosts, ranks)
@@ -42,21 +45,33 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
             worst[name][second] = max(worst[name][second], float(data.get("rel_l2_max", 0.0)))
             compared[second] += int(data.get("compared", 0))
         truth.extend({"host": host, "rank": record.get("rank"), **sample} for sample in record.get("truth", []))
-    series = {"worst_rel_l2": {k: sorted(v.items()) for k, v in worst.items()},
-              "compared": sorted(compared.items()), "truth": truth}
+    series = {
+        "worst_rel_l2": {k: sorted(v.items()) for k, v in worst.items()},
+        "compared": sorted(compared.items()),
+        "truth": truth,
+    }
     return summary, series
 
 
 def _layer_rows(summary: StatsSummary) -> list[dict]:
     rows = []
     for name, layer in summary.sorted_layers():
-        rows.append({
-            "layer": name, "calls": layer.calls, "compared": layer.compared, "rel_l2_p99": layer.rel_l2_p99(),
-            "rel_l2_max": layer.rel_l2_max, "worst_at": layer.worst_at, "max_abs": layer.max_abs,
-            "nonfinite_custom": layer.nonfinite_custom, "nonfinite_stock": layer.nonfinite_stock,
-            "truth_samples": layer.truth_samples, "truth_violations": layer.truth_violations,
-            "truth_worst": layer.truth_worst,
-        })
+        rows.append(
+            {
+                "layer": name,
+                "calls": layer.calls,
+                "compared": layer.compared,
+                "rel_l2_p99": layer.rel_l2_p99(),
+                "rel_l2_max": layer.rel_l2_max,
+                "worst_at": layer.worst_at,
+                "max_abs": layer.max_abs,
+                "nonfinite_custom": layer.nonfinite_custom,
+                "nonfinite_stock": layer.nonfinite_stock,
+                "truth_samples": layer.truth_samples,
+                "truth_violations": layer.truth_violations,
+                "truth_worst": layer.truth_worst,
+            }
+        )
     return rows
 
 
@@ -75,8 +90,11 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles) -> str:
         "",
         f"* release: `{meta['release_id']}`",
         f"* hosts: {', '.join(meta['hosts'])}",
-        f"* started: {meta['started_at_utc']}; duration: {verdict.duration_s:.0f} s" if verdict
-        else f"* started: {meta['started_at_utc']}",
+        (
+            f"* started: {meta['started_at_utc']}; duration: {verdict.duration_s:.0f} s"
+            if verdict
+            else f"* started: {meta['started_at_utc']}"
+        ),
         f"* policy: `{meta['policy']['source']}`; sample rate: every {meta['sample_rate']} verify call(s)",
         f"* kernel computing the custom path: {', '.join(meta.get('kernels') or ['unknown'])}",
         "",
@@ -84,14 +102,21 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles) -> str:
         "",
     ]
     lines += [f"* {reason}" for reason in (verdict.reasons if verdict else ["no verdict recorded"])]
-    lines += ["", "## Per layer", "",
-              "| layer | compared | rel-L2 p99 | rel-L2 max | worst at | max abs | non-finite custom/Triton | truth worst ratio |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Per layer",
+        "",
+        "| layer | compared | rel-L2 p99 | rel-L2 max | worst at | max abs | non-finite custom/Triton "
+        "| truth worst ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         ratio = row["truth_worst"]["ratio"] if row["truth_worst"] else None
-        lines.append(f"| {row['layer']} | {row['compared']} | {_fmt(row['rel_l2_p99'])} | {_fmt(row['rel_l2_max'])} | "
-                     f"{row['worst_at'] or '-'} | {_fmt(row['max_abs'])} | {row['nonfinite_custom']}/{row['nonfinite_stock']} | "
-                     f"{_fmt(ratio)} |")
+        lines.append(
+            f"| {row['layer']} | {row['compared']} | {_fmt(row['rel_l2_p99'])} | {_fmt(row['rel_l2_max'])} | "
+            f"{row['worst_at'] or '-'} | {_fmt(row['max_abs'])} | {row['nonfinite_custom']}/{row['nonfinite_stock']} | "
+            f"{_fmt(ratio)} |"
+        )
     if not rows:
         lines.append("| - | no stats records | | | | | | |")
     if verdict and verdict.baseline:
@@ -114,8 +139,12 @@ def _plot(directory: Path, series: dict, rows: list[dict], k: float, floor: floa
     for row in worst_layers:
         points = series["worst_rel_l2"].get(row["layer"], [])
         ax.plot([p[0] for p in points], [max(p[1], 1e-9) for p in points], label=f"layer {row['layer']}")
-    ax.set(yscale="log", xlabel="seconds since start", ylabel="worst relative L2 reported",
-           title=f"Divergence over time ({len(worst_layers)} worst layers)")
+    ax.set(
+        yscale="log",
+        xlabel="seconds since start",
+        ylabel="worst relative L2 reported",
+        title=f"Divergence over time ({len(worst_layers)} worst layers)",
+    )
     if worst_layers:
         ax.legend(fontsize="small")
     paths.append(_save(fig, directory / "divergence.png"))
@@ -167,10 +196,15 @@ def write_report(store: RunStore) -> ReportFiles:
         plots_dir = store.dir / "plots"
         plots_dir.mkdir(parents=True, exist_ok=True)
         shadow_policy = meta["policy"]["shadow"]
-        files.plots = _plot(plots_dir, series, rows, shadow_policy["truth_anchor_k"], shadow_policy["truth_anchor_floor"])
+        files.plots = _plot(
+            plots_dir, series, rows, shadow_policy["truth_anchor_k"], shadow_policy["truth_anchor_floor"]
+        )
     document = {
-        "run": meta, "verdict": json.loads(verdict.to_json()) if verdict else None,
-        "totals": summary.totals(), "layers": rows, "plots": [str(p) for p in files.plots],
+        "run": meta,
+        "verdict": json.loads(verdict.to_json()) if verdict else None,
+        "totals": summary.totals(),
+        "layers": rows,
+        "plots": [str(p) for p in files.plots],
         "plot_note": files.plot_note,
     }
     atomic_write_text(str(files.json), json.dumps(document, indent=2, sort_keys=True, default=str))

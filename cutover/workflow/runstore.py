@@ -24,14 +24,26 @@ def reports_root(explicit: str | Path | None = None) -> Path:
     return Path(explicit or os.environ.get(REPORTS_DIR_ENV) or DEFAULT_REPORTS_DIR)
 
 
-def run_meta(run_id: str, release_id: str, generations: dict[str, int], started_at: float, policy: Policy,
-             sample_rate: int, kernels: list[str]) -> dict:
+def run_meta(
+    run_id: str,
+    release_id: str,
+    generations: dict[str, int],
+    started_at: float,
+    policy: Policy,
+    sample_rate: int,
+    kernels: list[str],
+) -> dict:
     """The run.json of a shadow run: what was armed where, under which policy."""
     return {
-        "run_id": run_id, "release_id": release_id, "hosts": sorted(generations), "generations": generations,
-        "started_at": started_at, "started_at_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started_at)),
+        "run_id": run_id,
+        "release_id": release_id,
+        "hosts": sorted(generations),
+        "generations": generations,
+        "started_at": started_at,
+        "started_at_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started_at)),
         "policy": {"source": policy.source, "shadow": asdict(policy.shadow), "promote": asdict(policy.promote)},
-        "sample_rate": sample_rate, "kernels": kernels,
+        "sample_rate": sample_rate,
+        "kernels": kernels,
     }
 
 
@@ -85,8 +97,10 @@ class RunStore:
         try:
             return path.read_text()
         except FileNotFoundError:
-            raise ConfigError(f"run {self.run_id}: {path} not found",
-                              hint="run `cutover report` with a run id listed under the reports directory") from None
+            raise ConfigError(
+                f"run {self.run_id}: {path} not found",
+                hint="run `cutover report` with a run id listed under the reports directory",
+            ) from None
 
 
 def latest_run_id(root: str | Path | None = None) -> str:
@@ -94,6 +108,8 @@ def latest_run_id(root: str | Path | None = None) -> str:
     base = reports_root(root)
     runs = sorted(p.name for p in base.iterdir() if (p / "run.json").exists()) if base.is_dir() else []
     if not runs:
-        raise ConfigError(f"no shadow run found under {base}",
-                          hint="run `cutover shadow` first, or pass --reports-dir where the runs are")
+        raise ConfigError(
+            f"no shadow run found under {base}",
+            hint="run `cutover shadow` first, or pass --reports-dir where the runs are",
+        )
     return runs[-1]

@@ -23,7 +23,7 @@ import requests
 from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
 from checks.policy import Policy
 from cutover.config import Host, Inventory, Settings
-from cutover.errors import CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
+from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
 from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
 from cutover.workflow.load import LoadDriver, LoadSpec
@@ -89,10 +89,23 @@ class _Breach(Exception):
         self.reasons = reasons
 
 
-def run_shadow(inventory: Inventory, hosts: list[Host], settings: Settings, options: ShadowOptions,
-               on_progress: Callable[[Progress], None] | None = None) -> ShadowOutcome:
+def run_shadow(
+    inventory: Inventory,
+    hosts: list[Host],
+    settings: Settings,
+    options: ShadowOptions,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> ShadowOutcome:
     """Shadow `hosts` for `options.duration_s`; returns the passed outcome or raises GateFailedError
     (after everything is recorded and every host is back on Triton)."""
+    minimum = options.policy.shadow.min_duration_s
+    if options.duration_s < minimum:
+        raise ConfigError(
+            f"a {options.duration_s:g} s shadow can never pass: policy {options.policy.source} requires at least "
+            f"{minimum:g} s (shadow.min_duration_s)",
+            hint="shadow longer, or pass a policy with a smaller min_duration_s "
+            "(checks/policies/sandbox.yml for the sandbox)",
+        )
     links = [HostLink(host, settings) for host in hosts]
     locks: dict[str, LockRecord] = {}
     try:
@@ -122,17 +135,21 @@ def _preflight(links: list[HostLink]) -> str:
             raise HostError(
                 f"host {link.name}: rank(s) {', '.join(map(str, silent))} have no live heartbeat: the serving "
                 f"process is down or the plugin is not loaded",
-                hint="check `cutover status`; start the server (or `cutover stage --yes` restarts it)")
+                hint="check `cutover status`; start the server (or `cutover stage --yes` restarts it)",
+            )
         loaded = sorted({view.heartbeat.release_id or "none" for view in views})
         if loaded != [phase.release_id]:
             raise PhaseError(
                 f"host {link.name}: release {phase.release_id} is staged but the ranks run {', '.join(loaded)}",
-                hint="restart the serving process so it loads the staged release (`cutover stage --yes`)")
+                hint="restart the serving process so it loads the staged release (`cutover stage --yes`)",
+            )
         releases[link.name] = phase.release_id
     if len(set(releases.values())) > 1:
         listing = ", ".join(f"{name}: {release}" for name, release in releases.items())
-        raise PhaseError(f"the targets have different releases staged ({listing})",
-                         hint="stage the same release on every target, or shadow them separately with --limit")
+        raise PhaseError(
+            f"the targets have different releases staged ({listing})",
+            hint="stage the same release on every target, or shadow them separately with --limit",
+        )
     return next(iter(releases.values()))
 
 
@@ -162,8 +179,9 @@ class _ShadowRun:
         self.run_id = new_run_id()
         self.store = RunStore(options.reports_dir, self.run_id)
         self.runs: list[_HostRun] = []
-        self.summary = StatsSummary(generations={}, truth_k=self.policy.shadow.truth_anchor_k,
-                                    truth_floor=self.policy.shadow.truth_anchor_floor)
+        self.summary = StatsSummary(
+            generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
+        )
         self.started = time.time()
         self.started_mono = time.monotonic()
         self.session = requests.Session()
@@ -172,10 +190,20 @@ class _ShadowRun:
     # --- lifecycle ------------------------------------------------------------------------------------
     def execute(self) -> ShadowOutcome:
         for link in self.links:
-            link.call(lambda st: st.set_phase("shadowing", release_id=self.release_id, run_id=self.run_id,
-                                              reason=f"shadow run {self.run_id}"))
-            link.call(lambda st: st.journal("shadow_start", run_id=self.run_id, release_id=self.release_id,
-                                            duration_s=self.options.duration_s, policy=self.policy.source))
+            link.call(
+                lambda st: st.set_phase(
+                    "shadowing", release_id=self.release_id, run_id=self.run_id, reason=f"shadow run {self.run_id}"
+                )
+            )
+            link.call(
+                lambda st: st.journal(
+                    "shadow_start",
+                    run_id=self.run_id,
+                    release_id=self.release_id,
+                    duration_s=self.options.duration_s,
+                    policy=self.policy.source,
+                )
+            )
         try:
             self._arm()
             if self.options.load:
@@ -200,24 +228,42 @@ class _ShadowRun:
         """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
         self.store.save_run(self._meta(kernels=[]))
         for link in self.links:
-            control = link.call(lambda st: st.set_mode(
-                "shadow", reason=f"shadow run {self.run_id}", lease_s=self.options.lease_ttl_s,
-                release_id=self.release_id, sample_rate=self.options.sample_rate))
+            control = link.call(
+                lambda st: st.set_mode(
+                    "shadow",
+                    reason=f"shadow run {self.run_id}",
+                    lease_s=self.options.lease_ttl_s,
+                    release_id=self.release_id,
+                    sample_rate=self.options.sample_rate,
+                )
+            )
             self.runs.append(_HostRun(link, control.generation, [], StatsTail(link.host)))
             self.summary.generations[link.name] = control.generation
             self.store.save_run(self._meta(kernels=[]))
         for run in self.runs:
             ack = run.link.call(lambda st: st.wait_for_ack(run.generation))
             if not ack.serving:
-                raise HostError(f"host {run.link.name}: the serving process stopped heartbeating while shadow was armed")
+                raise HostError(
+                    f"host {run.link.name}: the serving process stopped heartbeating while shadow was armed"
+                )
             run.trackers = trackers_from_ack(run.link.name, ack.ranks)
-            run.link.call(lambda st: st.journal("shadow_armed", run_id=self.run_id, generation=run.generation,
-                                                lease_ttl_s=self.options.lease_ttl_s))
+            run.link.call(
+                lambda st: st.journal(
+                    "shadow_armed", run_id=self.run_id, generation=run.generation, lease_ttl_s=self.options.lease_ttl_s
+                )
+            )
         self.store.save_run(self._meta(kernels=sorted({t.kernel for r in self.runs for t in r.trackers})))
 
     def _meta(self, kernels: list[str]) -> dict:
-        return run_meta(self.run_id, self.release_id, self.summary.generations, self.started, self.policy,
-                        self.options.sample_rate, kernels)
+        return run_meta(
+            self.run_id,
+            self.release_id,
+            self.summary.generations,
+            self.started,
+            self.policy,
+            self.options.sample_rate,
+            kernels,
+        )
 
     def _loop(self) -> None:
         last_probe = 0.0
@@ -262,8 +308,12 @@ class _ShadowRun:
             with contextlib.suppress(HostError):
                 control = run.link.call(lambda st: st.read_control())
             if control is not None and control.generation != run.generation:
-                raise _Breach([f"control: host {name}: the mode was changed to {control.mode} (generation "
-                               f"{control.generation}) by {control.set_by or 'someone'}: {control.reason}"]) from None
+                raise _Breach(
+                    [
+                        f"control: host {name}: the mode was changed to {control.mode} (generation "
+                        f"{control.generation}) by {control.set_by or 'someone'}: {control.reason}"
+                    ]
+                ) from None
             # unreachable: keep trying; the lease returns the host to Triton and the silence gate trips
 
     def _ingest(self, run: _HostRun) -> None:
@@ -277,11 +327,17 @@ class _ShadowRun:
     def _report_progress(self, elapsed: float) -> None:
         if self.on_progress is None:
             return
-        self.on_progress(Progress(
-            run_id=self.run_id, elapsed_s=elapsed, duration_s=self.options.duration_s,
-            totals=self.summary.totals(), ranks=self._observations(),
-            host_errors={run.link.name: run.link.last_error for run in self.runs if run.link.last_error},
-            load=self.load.snapshot() if self.load else None))
+        self.on_progress(
+            Progress(
+                run_id=self.run_id,
+                elapsed_s=elapsed,
+                duration_s=self.options.duration_s,
+                totals=self.summary.totals(),
+                ranks=self._observations(),
+                host_errors={run.link.name: run.link.last_error for run in self.runs if run.link.last_error},
+                load=self.load.snapshot() if self.load else None,
+            )
+        )
 
     # --- ending ---------------------------------------------------------------------------------------
     def _roll_back(self, reasons: list[str], hosts: list[Host] | None = None) -> list[str]:
@@ -289,8 +345,12 @@ class _ShadowRun:
         self._stop_load()
         problems = []
         try:
-            results = rollback_hosts(self.inventory, hosts or [link.host for link in self.links], self.settings,
-                                     reason=f"shadow run {self.run_id} failed: {reasons[0]}")
+            results = rollback_hosts(
+                self.inventory,
+                hosts or [link.host for link in self.links],
+                self.settings,
+                reason=f"shadow run {self.run_id} failed: {reasons[0]}",
+            )
         except CutoverError as exc:
             results = []
             problems.append(f"rollback: {exc.message}")
@@ -343,29 +403,52 @@ class _ShadowRun:
         if not record.passed:
             headline = "aborted" if outcome == "aborted" else "failed"
             raise GateFailedError(
-                f"shadow run {self.run_id} {headline}: " + "; ".join(reasons[:3])
+                f"shadow run {self.run_id} {headline}: "
+                + "; ".join(reasons[:3])
                 + f"\nevery target is back on Triton. report: {report.markdown}",
-                hint="read the report; fix and re-stage the kernel, then shadow again" if outcome == "failed"
-                else "run `cutover shadow` again when ready")
+                hint=(
+                    "read the report; fix and re-stage the kernel, then shadow again"
+                    if outcome == "failed"
+                    else "run `cutover shadow` again when ready"
+                ),
+            )
         return ShadowOutcome(record, report)
 
     def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
         """Store the verdict locally and on every reachable host (file, phase, journal)."""
         record = VerdictRecord(
-            run_id=self.run_id, release_id=self.release_id, hosts=[link.name for link in self.links],
-            outcome=outcome, reasons=reasons, started_at=self.started, ended_at=time.time(),
-            policy_source=self.policy.source, actor=self.settings.operator,
-            generations=dict(self.summary.generations), totals=self.summary.totals(),
+            run_id=self.run_id,
+            release_id=self.release_id,
+            hosts=[link.name for link in self.links],
+            outcome=outcome,
+            reasons=reasons,
+            started_at=self.started,
+            ended_at=time.time(),
+            policy_source=self.policy.source,
+            actor=self.settings.operator,
+            generations=dict(self.summary.generations),
+            totals=self.summary.totals(),
             gates=verdict.to_dict() if verdict else {},
-            baseline={run.link.name: baseline(run.samples) for run in self.runs})
+            baseline={run.link.name: baseline(run.samples) for run in self.runs},
+        )
         self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"
         for link in self.links:
             with contextlib.suppress(CutoverError):
                 link.call(lambda st: st.transport.write_atomic(st.paths.verdict(self.run_id), record.to_json()))
                 if link.call(lambda st: st.read_phase()).phase == "shadowing":
-                    link.call(lambda st: st.set_phase(phase, release_id=self.release_id, run_id=self.run_id,
-                                                      reason="; ".join(reasons[:2])))
-                link.call(lambda st: st.journal("shadow_end", run_id=self.run_id, outcome=outcome,
-                                                release_id=self.release_id, reasons=reasons[:5]))
+                    link.call(
+                        lambda st: st.set_phase(
+                            phase, release_id=self.release_id, run_id=self.run_id, reason="; ".join(reasons[:2])
+                        )
+                    )
+                link.call(
+                    lambda st: st.journal(
+                        "shadow_end",
+                        run_id=self.run_id,
+                        outcome=outcome,
+                        release_id=self.release_id,
+                        reasons=reasons[:5],
+                    )
+                )
         return record

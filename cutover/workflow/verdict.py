@@ -47,8 +47,11 @@ class VerdictRecord:
         return self.ended_at - self.started_at
 
     def to_json(self) -> str:
-        summary = {"passed": self.passed, "verdict": "pass" if self.passed else "fail",
-                   "reason": "; ".join(self.reasons[:3])}
+        summary = {
+            "passed": self.passed,
+            "verdict": "pass" if self.passed else "fail",
+            "reason": "; ".join(self.reasons[:3]),
+        }
         return json.dumps({**asdict(self), **summary}, indent=2, sort_keys=True)
 
     @classmethod

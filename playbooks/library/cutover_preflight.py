@@ -72,7 +72,8 @@ def query_gpus():
 def probe_python(serving_python):
     if not os.access(serving_python, os.X_OK):
         return None
-    out = subprocess.run([serving_python, "-c", PROBE], capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run([serving_python, "-c", PROBE], capture_output=True, text=True, timeout=120, check=False,
+                         cwd="/")  # a package checkout in the current directory must not shadow the env
     if out.returncode != 0:
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])

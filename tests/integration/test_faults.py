@@ -39,16 +39,35 @@ promote:
   probe_interval_s: 1
   max_failed_probes: 2
 """
-SANDBOX = ("{{ serving_python }} -m cutover.sandbox restart --state-dir {{ cutover_state_dir }} "
-           "--cutover-root {{ cutover_root }} --port {{ serving_port }} --ranks {{ tp_size }}")
+SANDBOX = (
+    "{{ serving_python }} -m cutover.sandbox restart --state-dir {{ cutover_state_dir }} "
+    "--cutover-root {{ cutover_root }} --port {{ serving_port }} --ranks {{ tp_size }}"
+)
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
 
+
 def sandbox(host: TestHost, verb: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cutover.sandbox", verb, "--state-dir", str(host.state_dir),
-                           "--cutover-root", str(host.cutover_root), "--port", str(host.serving_port),
-                           "--ranks", "2"], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cutover.sandbox",
+            verb,
+            "--state-dir",
+            str(host.state_dir),
+            "--cutover-root",
+            str(host.cutover_root),
+            "--port",
+            str(host.serving_port),
+            "--ranks",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def heartbeats(host: TestHost) -> list[dict | None]:
@@ -65,8 +84,7 @@ def heartbeats(host: TestHost) -> list[dict | None]:
 def active_modes(host: TestHost) -> set[str | None]:
     """The mode each rank runs by its heartbeat; None for a rank without a fresh one (not running)."""
     now = time.time()
-    return {beat["mode_active"] if beat and now - beat["written_at"] <= FRESH_S else None
-            for beat in heartbeats(host)}
+    return {beat["mode_active"] if beat and now - beat["written_at"] <= FRESH_S else None for beat in heartbeats(host)}
 
 
 def serving(host: TestHost) -> bool:
@@ -132,8 +150,12 @@ class World:
         self.hosts, self.cli, self.inventory, self.policy, self.release = hosts, cli, inventory, policy, release
 
     def write_inventory(self) -> None:
-        self.hosts.write_inventory(self.inventory, serving_restart_command=SANDBOX, serving_address="127.0.0.1",
-                                   per_host={"host1": {"cutover_canary": True}})
+        self.hosts.write_inventory(
+            self.inventory,
+            serving_restart_command=SANDBOX,
+            serving_address="127.0.0.1",
+            per_host={"host1": {"cutover_canary": True}},
+        )
 
     def stage(self, release: Path) -> None:
         result = self.cli("stage", "-i", self.inventory, "--release", release, "--yes")
@@ -166,16 +188,31 @@ def fresh(world: World, tmp_path: Path) -> World:
 
 
 def shadow(w: World, minutes: float) -> list:
-    return ["shadow", "-i", w.inventory, "--minutes", minutes, "--policy", w.policy, "--lease-ttl", LEASE_TTL_S,
-            "--reports-dir", "reports"]
+    return [
+        "shadow",
+        "-i",
+        w.inventory,
+        "--minutes",
+        minutes,
+        "--policy",
+        w.policy,
+        "--lease-ttl",
+        LEASE_TTL_S,
+        "--reports-dir",
+        "reports",
+    ]
 
 
 def start_shadow(w: World, tmp_path: Path, minutes: float = 5.0) -> subprocess.Popen:
     """Start a long shadow in the background; return once it is armed everywhere and every rank runs shadow."""
     process = w.cli.start(*shadow(w, minutes), log=tmp_path / "shadow.log")
     for host in w.hosts.hosts:
-        wait_for(lambda: (active_modes(host) == {"shadow"} and journal_actions(host)[-1] == "shadow_armed")
-                 or process.poll() is not None, 60, f"{host.name} armed in shadow")
+        wait_for(
+            lambda: (active_modes(host) == {"shadow"} and journal_actions(host)[-1] == "shadow_armed")
+            or process.poll() is not None,
+            60,
+            f"{host.name} armed in shadow",
+        )
     assert process.poll() is None, (tmp_path / "shadow.log").read_text()
     return process
 
@@ -197,6 +234,7 @@ def report_text(output: str, cwd: Path) -> str:
 
 
 # -- the good path, promote and rollback semantics ---------------------------------------------------------
+
 
 def test_pass_promote_already_promoted_and_rollback_twice(fresh, tmp_path):
     w = fresh
@@ -241,7 +279,33 @@ def test_promote_without_a_pass_is_refused_and_changes_nothing(fresh):
     assert all(active_modes(h) == {"triton"} for h in w.hosts.hosts)
 
 
+def test_forced_promote_is_journaled_with_the_refusal_it_overrode(fresh):
+    w = fresh
+    host1, host2 = w.hosts.host("host1"), w.hosts.host("host2")
+    result = w.cli(
+        "promote",
+        "-i",
+        w.inventory,
+        "--limit",
+        "host1",
+        "--force",
+        "--policy",
+        w.policy,
+        "--watch-minutes",
+        0.1,
+        "--lease-ttl",
+        LEASE_TTL_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    forced = [e for e in host1.journal() if e["action"] == "promote_forced"][-1]
+    assert "has not passed shadow" in forced["overridden"] and forced["actor"] == "alice@test"
+    assert host1.control()["mode"] == "custom" and host1.control()["lease_expires_at"] is None
+    assert host1.phase()["phase"] == "promoted" and host1.phase()["reason"].startswith("forced")
+    assert host2.control()["mode"] == "triton" and active_modes(host2) == {"triton"}
+
+
 # -- the operator, the network and the server fail mid-shadow ----------------------------------------------
+
 
 def test_cli_killed_mid_shadow_leaves_hosts_on_triton_within_the_lease(fresh, tmp_path):
     w = fresh
@@ -300,8 +364,9 @@ def test_sandbox_killed_mid_shadow_fails_the_run_and_hosts_end_on_triton(fresh, 
     wait_for(lambda: active_modes(host1) == {"triton"}, 120, "host1's new sandbox on triton")
 
 
-@pytest.mark.parametrize(("fault", "gate"), [("divergence:layer=3:rel=0.2", "rel_l2_max"),
-                                             ("nan:layer=3", "nonfinite")])
+@pytest.mark.parametrize(
+    ("fault", "gate"), [("divergence:layer=3:rel=0.2", "rel_l2_max"), ("nan:layer=3", "nonfinite")]
+)
 def test_injected_fault_in_the_custom_path_is_caught_and_rolled_back(fresh, tmp_path, fault, gate):
     w = fresh
     inject(w.hosts.host("host2"), fault)
@@ -316,6 +381,7 @@ def test_injected_fault_in_the_custom_path_is_caught_and_rolled_back(fresh, tmp_
 
 
 # -- operators ---------------------------------------------------------------------------------------------
+
 
 def test_second_operator_is_refused_and_ctrl_c_reverts_cleanly(fresh, tmp_path):
     w = fresh
@@ -340,8 +406,9 @@ def test_regression_after_promote_rolls_the_canary_back_and_stops(fresh, tmp_pat
     w = fresh
     assert w.cli(*shadow(w, 0.15)).returncode == 0
     log = tmp_path / "promote.log"
-    process = w.cli.start("promote", "-i", w.inventory, "--policy", w.policy, "--lease-ttl", LEASE_TTL_S,
-                          "--watch-minutes", 2, log=log)
+    process = w.cli.start(
+        "promote", "-i", w.inventory, "--policy", w.policy, "--lease-ttl", LEASE_TTL_S, "--watch-minutes", 2, log=log
+    )
     host1, host2 = w.hosts.host("host1"), w.hosts.host("host2")
     wait_for(lambda: active_modes(host1) == {"custom"} or process.poll() is not None, 60, "host1 on custom")
     os.kill(sandbox_pid(host1), signal.SIGKILL)  # the canary's server dies under the custom kernel

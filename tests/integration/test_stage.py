@@ -67,22 +67,12 @@ def error_line(result) -> str:
     return text.split("\n  fix:")[0]
 
 
-def plant_release_copy(host: TestHost, release: Path, corrupt: bool) -> Path:
-    """Put a copy of `release` where stage will find it on the host (as an earlier push would have)."""
+def plant_damaged_copy(host: TestHost, release: Path) -> None:
+    """Put a copy of `release` where stage finds it on the host (as an earlier push would have), with one
+    byte of its library flipped: damage on the host's disk."""
     target = host.cutover_root / "releases" / release.name
     shutil.copytree(release, target)
-    if corrupt:
-        TestHosts.corrupt_file(target / manifest(release)["library"])
-    return target
-
-
-def plant_lock(host: TestHost, owner: str, expires_in_s: float) -> dict:
-    now = time.time()
-    record = {"owner": owner, "action": "shadow", "acquired_at": now - 60, "expires_at": now + expires_in_s,
-              "token": "0123456789abcdef", "pid": 4242}
-    host.state_dir.mkdir(parents=True, exist_ok=True)
-    (host.state_dir / "lock").write_text(json.dumps(record))
-    return record
+    TestHosts.corrupt_file(target / manifest(release)["library"])
 
 
 # -- the good path -----------------------------------------------------------------------------------------
@@ -143,7 +133,7 @@ def test_canary_is_staged_first_and_its_failure_stops_the_rollout(cli, ssh_hosts
     fresh = TestHosts(2)  # a second pair: the canary now fails on a damaged copy of the release
     try:
         fresh.setup()
-        plant_release_copy(fresh.host("host2"), release, corrupt=True)
+        plant_damaged_copy(fresh.host("host2"), release)
         failed = stage(cli, fresh.write_inventory(per_host={"host2": {"cutover_canary": True}}), release)
         assert failed.returncode == EXIT_HOST
         lines = report(failed)
@@ -185,9 +175,27 @@ def test_host_key_mismatch_is_refused(cli, ssh_hosts, inventory_file, release):
     assert_staged(ssh_hosts.host("host2"), release)
 
 
+def test_preflight_mismatch_names_host_fact_expected_and_found_and_changes_nothing(cli, ssh_hosts, release):
+    inventory = ssh_hosts.write_inventory(per_host={
+        "host1": {"serving_python": "/nonexistent/venv/bin/python"},
+        "host2": {"gpu_arch": "sm_120"},  # the test hosts have no GPU (a GPU machine has another arch)
+    })
+
+    result = stage(cli, inventory, release)
+
+    assert result.returncode == EXIT_HOST
+    error = error_line(result)
+    assert "host host1: serving python: expected a working python, found /nonexistent/venv/bin/python" in error
+    assert "host host2: gpu compute capability: expected sm_120, found" in error
+    for host in ssh_hosts.hosts:
+        assert_not_staged(host)
+        assert [(e["action"], e["stage"]) for e in host.journal()] == [("stage_refused", "preflight")]
+        assert host.lock() is None
+
+
 def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inventory_file, release):
     damaged = ssh_hosts.host("host2")
-    plant_release_copy(damaged, release, corrupt=True)
+    plant_damaged_copy(damaged, release)
 
     result = stage(cli, inventory_file, release)
 
@@ -201,21 +209,21 @@ def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inven
     assert_staged(ssh_hosts.host("host1"), release)
 
 
-def test_corrupted_local_release_is_refused_and_nothing_switched(cli, ssh_hosts, inventory_file, release, tmp_path):
+def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_hosts, inventory_file, release, tmp_path):
     copy = tmp_path / release.name
     shutil.copytree(release, copy)
     TestHosts.corrupt_file(copy / manifest(release)["library"])
 
     result = stage(cli, inventory_file, copy)
 
-    assert result.returncode in (EXIT_BUILD, EXIT_HOST)  # refused here, or by the first host's own check
+    assert result.returncode == EXIT_BUILD
     assert "sha256" in error_line(result) and manifest(release)["library"] in error_line(result)
     for host in ssh_hosts.hosts:
-        assert_not_staged(host)
+        assert_untouched(host)
 
 
 def test_lock_held_by_another_operator_is_refused_with_the_owner(cli, ssh_hosts, inventory_file, release):
-    held = plant_lock(ssh_hosts.host("host2"), "bob@elsewhere", expires_in_s=600)
+    held = ssh_hosts.host("host2").plant_lock("bob@elsewhere", expires_in_s=600)
 
     result = stage(cli, inventory_file, release)
 
@@ -227,7 +235,7 @@ def test_lock_held_by_another_operator_is_refused_with_the_owner(cli, ssh_hosts,
 
 
 def test_expired_lock_is_taken_over_and_journaled(cli, ssh_hosts, inventory_file, release):
-    plant_lock(ssh_hosts.host("host2"), "bob@elsewhere", expires_in_s=-5)
+    ssh_hosts.host("host2").plant_lock("bob@elsewhere", expires_in_s=-5)
 
     result = stage(cli, inventory_file, release)
 

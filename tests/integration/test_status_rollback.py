@@ -69,10 +69,7 @@ def test_status_refuses_a_host_whose_key_changed(cli, staged, inventory_file):
 
 
 def test_status_shows_another_operators_lock(cli, staged, inventory_file):
-    now = time.time()
-    lock = {"owner": "bob@elsewhere", "action": "shadow", "acquired_at": now, "expires_at": now + 600,
-            "token": "feedface", "pid": 4242}
-    (staged.host("host1").state_dir / "lock").write_text(json.dumps(lock))
+    staged.host("host1").plant_lock("bob@elsewhere", expires_in_s=600)
     hosts = status_by_host(cli.json("status", "-i", inventory_file))
     assert hosts["host1"]["lock"]["owner"] == "bob@elsewhere"
     assert hosts["host2"]["lock"] is None
@@ -112,10 +109,7 @@ def test_rollback_twice_changes_nothing_the_second_time(cli, staged, inventory_f
 def test_rollback_is_not_blocked_by_another_operators_lock(cli, staged, inventory_file):
     host1 = staged.host("host1")
     arm_shadow(host1, lease_s=600)
-    now = time.time()
-    (host1.state_dir / "lock").write_text(json.dumps({
-        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": now, "expires_at": now + 600,
-        "token": "feedface", "pid": 4242}))
+    host1.plant_lock("bob@elsewhere", expires_in_s=600)
 
     result = cli("rollback", "-i", inventory_file, "--limit", "host1")
 

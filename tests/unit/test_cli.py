@@ -182,7 +182,7 @@ def test_restart_that_never_heartbeats_fails_the_host_in_triton(invoke, local_in
     assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
 
 
-def test_stage_installs_the_plugin_wheel_without_dependencies(invoke, tmp_path, release, wheel):
+def test_stage_installs_the_plugin_wheel_and_rollback_uninstalls_it(invoke, tmp_path, release, wheel):
     serving = tmp_path / "serving-venv"
     subprocess.run([sys.executable, "-m", "venv", str(serving)], check=True, timeout=300)
     python = serving / "bin" / "python"
@@ -192,11 +192,17 @@ def test_stage_installs_the_plugin_wheel_without_dependencies(invoke, tmp_path, 
     assert first.exit_code == 0, first.stderr
     probe = ("import importlib.metadata as m, importlib.util as u; "
              "print([e.value for e in m.entry_points(group='sglang.srt.plugins')], u.find_spec('typer') is None)")
-    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout
+    isolated = [str(python), "-I", "-c", probe]  # -I: the checkout's own metadata in the cwd must not count
+    out = subprocess.run(isolated, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert out.strip() == "['cutover.plugin:load_plugin'] True"  # the plugin, and no operator-side deps
     second = invoke("stage", "-i", inventory, "--release", release, "--json")
     assert second.exit_code == 0, second.stderr
     assert json.loads(second.stdout)["hosts"][0]["changed"] == 0
+    removed = invoke("rollback", "-i", inventory, "--uninstall", "--json")
+    assert removed.exit_code == 0, removed.stderr
+    assert json.loads(removed.stdout)["hosts"][0]["uninstalled"] is True
+    out = subprocess.run(isolated, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert out.strip() == "[] True"
 
 
 def second_release(release, tmp_path):
@@ -248,3 +254,37 @@ def test_compile_error_leaves_nothing_behind(invoke, tmp_path):
     assert result.exit_code == 3
     assert result.stderr.startswith("error: the kernel failed to compile for sm_90a: ")
     assert [p.name for p in out.iterdir()] == []  # no release, no temporary directory, no LATEST
+
+
+def test_status_reports_corrupt_state_files_without_calling_the_host_unreachable(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "phase.json").write_text("{torn")
+    (state_dir / "control.json").write_text("[]")
+    result = invoke("status", "-i", local_inventory, "--json")
+    assert result.exit_code == 0, result.stderr
+    (host,) = json.loads(result.stdout)["hosts"]
+    assert host["reachable"] and host["phase"]["phase"] == "unknown"
+    assert f"{state_dir / 'phase.json'} is corrupt" in host["phase_error"]
+    assert f"{state_dir / 'control.json'} is corrupt" in host["control_error"]
+
+
+def test_rollback_repairs_corrupt_control_and_phase_files(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "phase.json").write_text("{torn")
+    (state_dir / "control.json").write_text("{torn")
+    result = invoke("rollback", "-i", local_inventory)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((state_dir / "control.json").read_text())["mode"] == "triton"
+    assert json.loads((state_dir / "phase.json").read_text())["phase"] == "rolled_back"
+
+
+def test_no_restart_when_every_rank_already_runs_the_release(invoke, local_inventory, release, state_dir):
+    (state_dir / "runtime").mkdir(parents=True)
+    for rank in (0, 1):  # what the serving process's ranks write while they run this release
+        (state_dir / "runtime" / f"rank-{rank}.json").write_text(json.dumps({
+            "rank": rank, "pid": 1, "host": "local", "mode_active": "triton", "generation_seen": 0,
+            "release_id": release.name, "kernel": "reference (no GPU)", "written_at": time.time() + 60}))
+    result = invoke("stage", "-i", local_inventory, "--release", release, "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    (line,) = json.loads(result.stdout)["hosts"]
+    assert line["outcome"] == "staged" and line["restarted"] is False

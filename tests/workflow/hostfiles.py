@@ -9,24 +9,52 @@ from cutover.hostlayout import ControlRecord, Heartbeat, atomic_write_text
 
 def local_host(tmp_path, name="h1", tp_size=2):
     root = tmp_path / name
-    return Host(name=name, inventory_file=str(tmp_path / "inventory.yml"), vars={
-        "ansible_connection": "local", "cutover_root": str(root / "opt"), "cutover_state_dir": str(root / "state"),
-        "tp_size": tp_size, "serving_kind": "sandbox", "gpu_arch": "none", "serving_port": 1,
-    })
+    return Host(
+        name=name,
+        inventory_file=str(tmp_path / "inventory.yml"),
+        vars={
+            "ansible_connection": "local",
+            "cutover_root": str(root / "opt"),
+            "cutover_state_dir": str(root / "state"),
+            "tp_size": tp_size,
+            "serving_kind": "sandbox",
+            "gpu_arch": "none",
+            "serving_port": 1,
+        },
+    )
 
 
 SETTINGS = Settings(operator="tester@here")
 
 
 def write_phase(host, phase, release_id="rel-a", run_id=None):
-    atomic_write_text(host.paths.phase, json.dumps({"phase": phase, "release_id": release_id, "run_id": run_id,
-                                                    "updated_at": time.time(), "set_by": "x", "reason": ""}))
+    atomic_write_text(
+        host.paths.phase,
+        json.dumps(
+            {
+                "phase": phase,
+                "release_id": release_id,
+                "run_id": run_id,
+                "updated_at": time.time(),
+                "set_by": "x",
+                "reason": "",
+            }
+        ),
+    )
 
 
 def write_heartbeats(host, release_id="rel-a", mode="triton", generation=1, pid=4242):
     for rank in range(host.tp_size):
-        beat = Heartbeat(rank=rank, pid=pid + rank, host=host.name, mode_active=mode, generation_seen=generation,
-                         release_id=release_id, kernel="reference (no GPU)", written_at=time.time())
+        beat = Heartbeat(
+            rank=rank,
+            pid=pid + rank,
+            host=host.name,
+            mode_active=mode,
+            generation_seen=generation,
+            release_id=release_id,
+            kernel="reference (no GPU)",
+            written_at=time.time(),
+        )
         atomic_write_text(host.paths.heartbeat(rank), beat.to_json())
 
 
@@ -37,6 +65,16 @@ def write_control(host, mode="triton", generation=1, lease_expires_at=None, rele
 
 
 def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=None):
-    atomic_write_text(host.paths.verdict(run_id), json.dumps({
-        "run_id": run_id, "release_id": release_id, "outcome": outcome, "passed": outcome == "passed",
-        "verdict": "pass" if outcome == "passed" else "fail", "baseline": {host.name: baseline or {}}}))
+    atomic_write_text(
+        host.paths.verdict(run_id),
+        json.dumps(
+            {
+                "run_id": run_id,
+                "release_id": release_id,
+                "outcome": outcome,
+                "passed": outcome == "passed",
+                "verdict": "pass" if outcome == "passed" else "fail",
+                "baseline": {host.name: baseline or {}},
+            }
+        ),
+    )

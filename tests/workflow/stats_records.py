@@ -26,6 +26,13 @@ def layer(rel_l2_values, *, max_abs=1e-3, nonfinite_custom=0, nonfinite_stock=0,
 
 def record(layers, *, ts=1000.0, rank=0, generation=3, mode="shadow", truth=()):
     return {
-        "ts": ts, "rank": rank, "generation": generation, "mode": mode, "release_id": "rel-a",
-        "interval_s": 1.0, "kernel": "reference (no GPU)", "layers": layers, "truth": list(truth),
+        "ts": ts,
+        "rank": rank,
+        "generation": generation,
+        "mode": mode,
+        "release_id": "rel-a",
+        "interval_s": 1.0,
+        "kernel": "reference (no GPU)",
+        "layers": layers,
+        "truth": list(truth),
     }

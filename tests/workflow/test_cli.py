@@ -4,8 +4,12 @@ problem and the fix, before any host is touched."""
 import json
 
 import pytest
+from rich.console import Console
 
+from checks.gates import RankObservation
 from checks.policy import load_policy
+from cutover.cli.shadow import _render
+from cutover.workflow.shadow import Progress
 from cutover.workflow.runstore import RunStore, run_meta
 
 from .stats_records import layer, record
@@ -13,15 +17,19 @@ from .stats_records import layer, record
 EXIT_CONFIG = 2
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["shadow"], "give exactly one of --hours or --minutes"),
-    (["shadow", "--hours", "1", "--minutes", "5"], "give exactly one of --hours or --minutes"),
-    (["shadow", "--minutes", "0"], "the shadow duration must be positive"),
-    (["shadow", "--minutes", "1", "--policy", "absent.yml"], "policy absent.yml: file not found"),
-    (["shadow", "--minutes", "1", "--load", "absent.yml"], "load file absent.yml: cannot read it"),
-    (["promote", "--policy", "absent.yml"], "policy absent.yml: file not found"),
-    (["report", "--reports-dir", "empty"], "no shadow run found under empty"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["shadow"], "give exactly one of --hours or --minutes"),
+        (["shadow", "--hours", "1", "--minutes", "5"], "give exactly one of --hours or --minutes"),
+        (["shadow", "--minutes", "0"], "the shadow duration must be positive"),
+        (["shadow", "--minutes", "1", "--policy", "absent.yml"], "policy absent.yml: file not found"),
+        (["shadow", "--minutes", "1", "--load", "absent.yml"], "load file absent.yml: cannot read it"),
+        (["shadow", "--minutes", "2"], "a 120 s shadow can never pass: policy"),
+        (["promote", "--policy", "absent.yml"], "policy absent.yml: file not found"),
+        (["report", "--reports-dir", "empty"], "no shadow run found under empty"),
+    ],
+)
 def test_bad_input_is_refused_with_the_problem_and_the_fix(cli, args, message):
     result = cli(*args)
     assert result.returncode == EXIT_CONFIG, result.stdout + result.stderr
@@ -47,3 +55,27 @@ def test_report_of_a_stored_run_prints_its_path(cli, tmp_path):
     assert document["run_id"] == store.run_id and document["markdown"].endswith("report.md")
     plain = cli("report", store.run_id, "--reports-dir", tmp_path / "reports")
     assert plain.stdout.strip().endswith(f"report: {tmp_path / 'reports' / store.run_id / 'report.md'}")
+
+
+def test_live_progress_renders_every_rank_and_the_load():
+    progress = Progress(
+        run_id="r1",
+        elapsed_s=65,
+        duration_s=7200,
+        totals={
+            "compared": 12,
+            "worst_rel_l2": 2.1e-3,
+            "worst_layer": "7",
+            "nonfinite_custom": 0,
+            "nonfinite_stock": 0,
+            "truth_samples": 3,
+        },
+        ranks=[RankObservation("h1", 0, 0.4, "shadow"), RankObservation("h1", 1, None, None, reason="no beat")],
+        host_errors={},
+        load={"h1": {"sent": 5, "ok": 4, "failed": 1, "skipped": 0, "last_error": "HTTP 500"}},
+    )
+    console = Console(record=True, width=200)
+    console.print(_render(progress))
+    text = console.export_text()
+    assert "0:01:05 elapsed, 1:58:55 left" in text and "worst rel-L2 0.0021 (layer 7)" in text
+    assert "no beat" in text and "sent 5 ok 4 failed 1" in text

@@ -24,8 +24,11 @@ def healthy_ranks(count=2):
 
 def clean_run(compared=POLICY.min_compared_calls, layers=("0", "1")):
     values = [2e-3] * compared
-    return summary_of(record({name: layer(values) for name in layers},
-                             truth=[{"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}]))
+    return summary_of(
+        record(
+            {name: layer(values) for name in layers}, truth=[{"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}]
+        )
+    )
 
 
 def failed_gates(verdict):
@@ -126,8 +129,11 @@ def test_silent_missing_restarted_and_wrong_mode_ranks():
 
 
 def test_records_of_other_runs_are_ignored():
-    summary = summary_of(record({"0": layer([0.9])}, generation=2), record({"0": layer([0.9])}, mode="custom"),
-                         record({"0": layer([1e-3])}))
+    summary = summary_of(
+        record({"0": layer([0.9])}, generation=2),
+        record({"0": layer([0.9])}, mode="custom"),
+        record({"0": layer([1e-3])}),
+    )
     assert summary.ignored == 2
     assert summary.layers["0"].rel_l2_max == 1e-3
 
@@ -138,6 +144,7 @@ def test_totals_and_verdict_round_trip():
     assert totals["compared"] == 10 and totals["worst_layer"] == "1" and totals["nonfinite_custom"] == 2
     verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
     from checks.gates import Verdict
+
     assert Verdict.from_dict(verdict.to_dict()) == verdict
 
 

@@ -47,13 +47,16 @@ def test_load_spec_defaults_and_bounds(tmp_path):
     assert spec.prompts == ("hello", "world") and spec.rate_per_s == 2.0 and spec.max_new_tokens == 32
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("rate_per_s: 1\n", "prompts"),
-    ("prompts: []\n", "prompts"),
-    (f"prompts: [a]\nrate_per_s: {MAX_RATE_PER_S + 1}\n", "rate_per_s"),
-    ("prompts: [a]\nmax_new_tokens: 1.5\n", "max_new_tokens"),
-    ("prompts: [a]\nurl: http://elsewhere\n", "url"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("rate_per_s: 1\n", "prompts"),
+        ("prompts: []\n", "prompts"),
+        (f"prompts: [a]\nrate_per_s: {MAX_RATE_PER_S + 1}\n", "rate_per_s"),
+        ("prompts: [a]\nmax_new_tokens: 1.5\n", "max_new_tokens"),
+        ("prompts: [a]\nurl: http://elsewhere\n", "url"),
+    ],
+)
 def test_bad_load_file_names_file_and_field(tmp_path, text, field):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as caught:

@@ -46,8 +46,10 @@ def test_passed_release_is_planned_with_its_baseline(tmp_path):
         (lambda h: write_verdict(h, RUN, outcome="failed"), "did not pass release rel-a"),
         (lambda h: write_verdict(h, RUN, release_id="rel-old"), "did not pass release rel-a"),
         (lambda h: write_heartbeats(h, release_id="rel-b"), "release rel-a is staged but the ranks run rel-b"),
-        (lambda h: (write_phase(h, "shadow_passed", release_id="rel-b", run_id=RUN), write_heartbeats(h, "rel-b")),
-         "did not pass release rel-b"),
+        (
+            lambda h: (write_phase(h, "shadow_passed", release_id="rel-b", run_id=RUN), write_heartbeats(h, "rel-b")),
+            "did not pass release rel-b",
+        ),
         (lambda h: write_heartbeats(h) or _age_heartbeats(h), "not every rank is heartbeating"),
     ],
 )
@@ -94,15 +96,26 @@ BASE = {"verify_rate": 10.0, "accept_length": 3.0}
 
 
 def custom_ranks(mode="custom"):
-    views = [RankView(r, Heartbeat(rank=r, pid=100 + r, host="h1", mode_active=mode, generation_seen=4,
-                                   release_id="rel-a", kernel="cuda"), 0.1, True) for r in range(2)]
+    views = [
+        RankView(
+            r,
+            Heartbeat(
+                rank=r, pid=100 + r, host="h1", mode_active=mode, generation_seen=4, release_id="rel-a", kernel="cuda"
+            ),
+            0.1,
+            True,
+        )
+        for r in range(2)
+    ]
     return trackers_from_ack("h1", views)
 
 
 def samples(*points):
     """(seconds, verify steps, errors, nonfinite, accept length) -> healthy samples."""
-    return [ServerSample(at=t, healthy=True, verify_steps_total=v, errors_total=e, nonfinite_total=n,
-                         accept_length=a) for t, v, e, n, a in points]
+    return [
+        ServerSample(at=t, healthy=True, verify_steps_total=v, errors_total=e, nonfinite_total=n, accept_length=a)
+        for t, v, e, n, a in points
+    ]
 
 
 def test_steady_host_has_no_regression():
@@ -110,13 +123,16 @@ def test_steady_host_has_no_regression():
     assert find_regression(POLICY, BASE, custom_ranks(), series, 0, series[-1]) is None
 
 
-@pytest.mark.parametrize(("series", "failed", "expected"), [
-    (samples((0, 0, 2, 0, 3.0), (5, 50, 3, 0, 3.0)), 0, "new errors"),
-    (samples((0, 0, 0, 0, 3.0), (5, 50, 0, 1, 3.0)), 0, "new non-finite outputs"),
-    (samples((0, 0, 0, 0, 3.0), (5, 10, 0, 0, 3.0), (10, 20, 0, 0, 3.0)), 0, "verify steps/s fell to 2.00"),
-    (samples((0, 0, 0, 0, 2.0), (5, 50, 0, 0, 2.0)), 0, "accept length fell to 2.00"),
-    (samples((0, 0, 0, 0, 3.0)), POLICY.promote.max_failed_probes, "consecutive failed health probes"),
-])
+@pytest.mark.parametrize(
+    ("series", "failed", "expected"),
+    [
+        (samples((0, 0, 2, 0, 3.0), (5, 50, 3, 0, 3.0)), 0, "new errors"),
+        (samples((0, 0, 0, 0, 3.0), (5, 50, 0, 1, 3.0)), 0, "new non-finite outputs"),
+        (samples((0, 0, 0, 0, 3.0), (5, 10, 0, 0, 3.0), (10, 20, 0, 0, 3.0)), 0, "verify steps/s fell to 2.00"),
+        (samples((0, 0, 0, 0, 2.0), (5, 50, 0, 0, 2.0)), 0, "accept length fell to 2.00"),
+        (samples((0, 0, 0, 0, 3.0)), POLICY.promote.max_failed_probes, "consecutive failed health probes"),
+    ],
+)
 def test_each_regression_is_named(series, failed, expected):
     last = series[-1] if not failed else ServerSample(at=9, healthy=False, error="HTTP 503")
     assert expected in find_regression(POLICY, BASE, custom_ranks(), series, failed, last)
@@ -126,6 +142,21 @@ def test_rank_off_custom_or_restarted_is_a_regression():
     series = samples((0, 0, 0, 0, 3.0))
     assert "running triton, not custom" in find_regression(POLICY, BASE, custom_ranks("triton"), series, 0, series[0])
     ranks = custom_ranks()
-    ranks[1].update(RankView(1, Heartbeat(rank=1, pid=999, host="h1", mode_active="custom", generation_seen=4,
-                                          release_id="rel-a", kernel="cuda", written_at=1.0), 0.1, True))
+    ranks[1].update(
+        RankView(
+            1,
+            Heartbeat(
+                rank=1,
+                pid=999,
+                host="h1",
+                mode_active="custom",
+                generation_seen=4,
+                release_id="rel-a",
+                kernel="cuda",
+                written_at=1.0,
+            ),
+            0.1,
+            True,
+        )
+    )
     assert "rank 1 restarted" in find_regression(POLICY, BASE, ranks, series, 0, series[0])

@@ -21,16 +21,33 @@ def stored_run(tmp_path, *, with_verdict=True):
     store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3, "h2": 8}, START, load_policy(), 4, ["reference (no GPU)"]))
     for second in range(5):
         rel = 0.4 if second == 3 else 1e-3
-        store.append_stats("h1", 0, record({"0": layer([1e-3] * 3), "17": layer([1e-3, rel])}, ts=START + second,
-                                           truth=[{"layer": 17, "err_custom": 2e-3, "err_stock": 2e-3}]))
+        store.append_stats(
+            "h1",
+            0,
+            record(
+                {"0": layer([1e-3] * 3), "17": layer([1e-3, rel])},
+                ts=START + second,
+                truth=[{"layer": 17, "err_custom": 2e-3, "err_stock": 2e-3}],
+            ),
+        )
         store.append_stats("h2", 1, record({"0": layer([1e-3] * 3)}, ts=START + second, rank=1, generation=8))
     store.append_stats("h2", 1, record({"0": layer([0.9])}, ts=START + 6, rank=1, generation=7))  # older run
     if with_verdict:
-        store.save_verdict(VerdictRecord(
-            run_id=store.run_id, release_id="rel-a", hosts=["h1", "h2"], outcome="failed",
-            reasons=["rel_l2_max: layer 17: worst relative L2 0.4 > 0.03 (at h1 rank 0)"], started_at=START,
-            ended_at=START + 5, policy_source="default", actor="tester", generations={"h1": 3, "h2": 8},
-            baseline={"h1": {"verify_rate": 12.5}}))
+        store.save_verdict(
+            VerdictRecord(
+                run_id=store.run_id,
+                release_id="rel-a",
+                hosts=["h1", "h2"],
+                outcome="failed",
+                reasons=["rel_l2_max: layer 17: worst relative L2 0.4 > 0.03 (at h1 rank 0)"],
+                started_at=START,
+                ended_at=START + 5,
+                policy_source="default",
+                actor="tester",
+                generations={"h1": 3, "h2": 8},
+                baseline={"h1": {"verify_rate": 12.5}},
+            )
+        )
     return store
 
 
