@@ -34,18 +34,23 @@ class LayerStats:
     truth_violations: int = 0
 
     def rel_l2_p99(self) -> float | None:
-        """Upper bound of the 99th percentile from the histogram (bucket upper edge, capped by the max)."""
-        total = sum(self.rel_l2_hist)
-        if total == 0:
-            return None
-        needed = math.ceil(0.99 * total)
-        running = 0
-        for index, count in enumerate(self.rel_l2_hist):
-            running += count
-            if running >= needed:
-                upper = REL_L2_BIN_EDGES[index] if index < len(REL_L2_BIN_EDGES) else math.inf
-                return min(upper, self.rel_l2_max)
-        return self.rel_l2_max
+        return hist_quantile(self.rel_l2_hist, 0.99, self.rel_l2_max)
+
+
+def hist_quantile(hist: list[int], q: float, observed_max: float) -> float | None:
+    """Upper bound of the q-quantile of a REL_L2_BIN_EDGES histogram: the upper edge of the bucket that holds
+    it, capped by the largest value observed. None for an empty histogram."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    needed = math.ceil(q * total)
+    running = 0
+    for index, count in enumerate(hist):
+        running += count
+        if running >= needed:
+            upper = REL_L2_BIN_EDGES[index] if index < len(REL_L2_BIN_EDGES) else math.inf
+            return min(upper, observed_max)
+    return observed_max
 
 
 def _layer_sort_key(name: str) -> tuple:

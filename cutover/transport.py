@@ -52,6 +52,10 @@ class Transport(ABC):
         """Delete a file; a missing file is fine."""
 
     @abstractmethod
+    def size(self, path: str) -> int | None:
+        """The file's size in bytes, or None if it does not exist."""
+
+    @abstractmethod
     def readlink(self, path: str) -> str | None:
         """The target of a symlink, or None if path is not a symlink."""
 
@@ -136,6 +140,12 @@ class LocalTransport(Transport):
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+    def size(self, path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return None
 
     def readlink(self, path: str) -> str | None:
         try:
@@ -253,6 +263,14 @@ class SSHTransport(Transport):
             pass
         except (OSError, paramiko.SSHException) as exc:
             raise self._error("remove", path, exc) from exc
+
+    def size(self, path: str) -> int | None:
+        try:
+            return self._sftp.stat(path).st_size
+        except FileNotFoundError:
+            return None
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error("stat", path, exc) from exc
 
     def readlink(self, path: str) -> str | None:
         try:

@@ -141,6 +141,11 @@ class StatsTail:
         self.host = host
         self.offsets = {rank: 0 for rank in range(host.tp_size)}
 
+    def skip_existing(self, state: HostState) -> None:
+        """Start at the current end of every rank's file: earlier runs' records are never read."""
+        for rank in self.offsets:
+            self.offsets[rank] = state.transport.size(state.paths.stats_file(rank)) or 0
+
     def read_new(self, state: HostState) -> list[dict]:
         records = []
         for rank, offset in self.offsets.items():

@@ -7,11 +7,12 @@ matplotlib (the `report` extra); without it the Markdown and JSON are still writ
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.gates import StatsSummary
+from checks.gates import StatsSummary, hist_quantile
 from cutover.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
 
@@ -34,7 +35,7 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
         truth_floor=meta["policy"]["shadow"]["truth_anchor_floor"],
     )
     start = meta["started_at"]
-    worst = defaultdict(lambda: defaultdict(float))  # layer -> second since start -> worst rel-L2
+    worst = defaultdict(lambda: defaultdict(float))  # layer -> second since start -> p99 of that interval
     compared = defaultdict(int)  # second since start -> calls compared (all layers, hosts, ranks)
     truth = []
     for host, record in store.iter_stats():
@@ -42,11 +43,13 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
             continue
         second = round(record["ts"] - start)
         for name, data in record.get("layers", {}).items():
-            worst[name][second] = max(worst[name][second], float(data.get("rel_l2_max", 0.0)))
+            p99 = hist_quantile(data.get("rel_l2_hist") or [], 0.99, float(data.get("rel_l2_max", math.inf)))
+            if p99 is not None:
+                worst[name][second] = max(worst[name][second], p99)
             compared[second] += int(data.get("compared", 0))
         truth.extend({"host": host, "rank": record.get("rank"), **sample} for sample in record.get("truth", []))
     series = {
-        "worst_rel_l2": {k: sorted(v.items()) for k, v in worst.items()},
+        "interval_p99": {k: sorted(v.items()) for k, v in worst.items()},
         "compared": sorted(compared.items()),
         "truth": truth,
     }
@@ -137,12 +140,12 @@ def _plot(directory: Path, series: dict, rows: list[dict], k: float, floor: floa
     worst_layers = sorted(rows, key=lambda r: r["rel_l2_max"], reverse=True)[:WORST_LAYERS_PLOTTED]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for row in worst_layers:
-        points = series["worst_rel_l2"].get(row["layer"], [])
+        points = series["interval_p99"].get(row["layer"], [])
         ax.plot([p[0] for p in points], [max(p[1], 1e-9) for p in points], label=f"layer {row['layer']}")
     ax.set(
         yscale="log",
         xlabel="seconds since start",
-        ylabel="worst relative L2 reported",
+        ylabel="rel-L2 p99 per interval (upper bound)",
         title=f"Divergence over time ({len(worst_layers)} worst layers)",
     )
     if worst_layers:

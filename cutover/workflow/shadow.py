@@ -228,6 +228,8 @@ class _ShadowRun:
         """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
         self.store.save_run(self._meta(kernels=[]))
         for link in self.links:
+            tail = StatsTail(link.host)
+            link.call(tail.skip_existing)  # before the flip: every record of the new generation lands after
             control = link.call(
                 lambda st: st.set_mode(
                     "shadow",
@@ -237,7 +239,7 @@ class _ShadowRun:
                     sample_rate=self.options.sample_rate,
                 )
             )
-            self.runs.append(_HostRun(link, control.generation, [], StatsTail(link.host)))
+            self.runs.append(_HostRun(link, control.generation, [], tail))
             self.summary.generations[link.name] = control.generation
             self.store.save_run(self._meta(kernels=[]))
         for run in self.runs:

@@ -169,3 +169,4 @@ def test_read_from_returns_whole_lines_and_the_next_offset(tmp_path):
     with open(path, "a") as handle:
         handle.write(': 3}\n')
     assert transport.read_from(path, offset) == ('{"c": 3}\n', offset + 9)
+    assert (transport.size(path), transport.size(str(tmp_path / "missing"))) == (offset + 9, None)

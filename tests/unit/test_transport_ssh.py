@@ -40,6 +40,7 @@ def test_file_operations_over_sftp(ssh_hosts, home):
         assert transport.rename_if_exists(f"{state}/lock", f"{state}/lock.stale") is True
         assert transport.rename_if_exists(f"{state}/lock", f"{state}/lock.stale2") is False
         assert transport.readlink(f"{state}/journal.jsonl") is None
+        assert (transport.size(f"{state}/journal.jsonl"), transport.size(f"{state}/missing")) == (18, None)
 
 
 def test_unknown_host_key_is_refused_with_the_fix(ssh_hosts, home):
