@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One device call for the fast dispatch (ABI 2): no build on the device (carry kernel_ext/build from here), quick
 # parity, the plugin's graph test + the fused epilogue test, the plugin overhead benchmark, memcheck of the new
-# paths (fastpath_memcheck.py). Results under $OUT.
+# paths (fastpath_memcheck.py). Results under $OUT. Cold machine: quick parity needs > 55 s (cut at 55 s on 11-29).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/.bundle/sglang"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout "${PARITY_S:-55}" python3 -m kernel_ext.gpu_parity --subset quick --json "$OUT/parity_quick.json" \
+timeout "${PARITY_S:-90}" python3 -m kernel_ext.gpu_parity --subset quick --json "$OUT/parity_quick.json" \
   > "$OUT/parity_quick.log" 2>&1 || true
 tail -4 "$OUT/parity_quick.log"
 timeout "${TESTS_S:-90}" python3 -m pytest -q -ra -m gpu -p no:cacheprovider tests/gpu/test_shadow_epilogue.py \
