@@ -135,16 +135,38 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
-def verify_release(module, paths, params):
+def file_mismatches(release_dir, files):
+    """The files of release_dir whose sha256 differs from `files` ({name: sha256})."""
     mismatches = []
-    for name, expected in sorted(params["files"].items()):
-        path = os.path.join(params["release_dir"], name)
+    for name, expected in sorted(files.items()):
+        path = os.path.join(release_dir, name)
         found = sha256_of(path) if os.path.isfile(path) else "no file"
         if found != expected:
             mismatches.append({"file": name, "expected": expected, "found": found})
+    return mismatches
+
+
+def intact_other_build(release_dir):
+    """True when release_dir matches its own manifest: a different build of the same sources, not damage."""
+    try:
+        with open(os.path.join(release_dir, "manifest.json")) as handle:
+            files = json.load(handle)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(files) and not file_mismatches(release_dir, files)
+
+
+def verify_release(module, paths, params):
+    mismatches = file_mismatches(params["release_dir"], params["files"])
     if mismatches:
-        advice = "" if os.path.basename(params["release_dir"]).startswith(".incoming-") else (
-            " (remove the damaged copy %s on the host, then stage again)" % params["release_dir"])
+        if os.path.basename(params["release_dir"]).startswith(".incoming-"):
+            advice = ""
+        elif intact_other_build(params["release_dir"]):
+            advice = (" (the host holds an intact, different build of this release id: the same sources built"
+                      " in another place give other bytes; stage that build, or remove %s on the host and"
+                      " stage again)" % params["release_dir"])
+        else:
+            advice = " (remove the damaged copy %s on the host, then stage again)" % params["release_dir"]
         module.fail_json(msg="; ".join("sha256 mismatch for %(file)s: expected %(expected)s, found %(found)s" % m
                                        for m in mismatches) + "; nothing was switched" + advice,
                          mismatches=mismatches)

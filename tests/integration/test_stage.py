@@ -209,6 +209,24 @@ def test_corrupted_copy_on_a_host_is_refused_and_journaled(cli, ssh_hosts, inven
     assert_staged(ssh_hosts.host("host1"), release)
 
 
+def test_a_different_build_of_the_same_release_id_is_refused_and_named(cli, ssh_hosts, inventory_file, release):
+    other = ssh_hosts.host("host2")
+    plant_damaged_copy(other, release)
+    copy = other.cutover_root / "releases" / release.name
+    library = manifest(release)["library"]
+    host_manifest = manifest(copy)
+    host_manifest["files"][library] = hashlib.sha256((copy / library).read_bytes()).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(host_manifest))
+
+    result = stage(cli, inventory_file, release)
+
+    assert result.returncode == EXIT_HOST
+    assert "host2" in error_line(result) and "different build of this release id" in error_line(result)
+    assert "damaged" not in error_line(result)
+    assert other.current_release() is None, "nothing may be switched to another build"
+    assert_staged(ssh_hosts.host("host1"), release)
+
+
 def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_hosts, inventory_file, release, tmp_path):
     copy = tmp_path / release.name
     shutil.copytree(release, copy)
