@@ -21,7 +21,8 @@ MAX_HEADS = 128
 INDEX_DTYPES = {torch.int32: _lib.DTYPE_INT32, torch.int64: _lib.DTYPE_INT64}
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 
-# Tile configuration: 0 picks by the device's shared memory; 1 large (sm_90), 2 small (sm_120 class). For tests.
+# Kernel configuration (CutoverVerifyParams.config): 0 auto (wgmma on sm_90), 1 large mma.sync tiles, 2 small
+# mma.sync tiles (sm_120 class), 3 wgmma (sm_90 only). For tests and benchmarks.
 TILE_CONFIG = int(os.environ.get("CUTOVER_KERNEL_TILES", "0"))
 
 _num_sms: dict[int, int] = {}

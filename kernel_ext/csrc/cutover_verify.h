@@ -121,8 +121,9 @@ typedef struct CutoverVerifyParams {
   int64_t workspace_bytes;
   int32_t num_sms;        /* multiprocessor count of the device (fixes the work split; same value as passed
                              to cutover_workspace_bytes) */
-  int32_t config;         /* 0 auto; 1 large tiles (needs ~190 KB shared memory per block: sm_90);
-                             2 small tiles (~80 KB: sm_120 class). For tests. */
+  int32_t config;         /* 0 auto (3 on sm_90, else 1 or 2 by shared memory); 1 large mma.sync tiles (~190 KB
+                             shared memory per block); 2 small mma.sync tiles (~80 KB: sm_120 class); 3 wgmma
+                             (sm_90 only, ~227 KB). For tests and benchmarks. */
 } CutoverVerifyParams;
 
 CUTOVER_API int cutover_abi_version(void);

@@ -10,6 +10,7 @@
 #include "cutover_verify.h"
 #include "shadow_epilogue.cuh"
 #include "verify_kernels.cuh"
+#include "verify_wgmma.cuh"
 
 #ifndef CUTOVER_TARGETS
 #define CUTOVER_TARGETS "unknown"
@@ -43,6 +44,7 @@ struct DeviceInfo {
   int smem_optin = 0;
   int large_blocks_per_sm = 0;
   int small_blocks_per_sm = 0;
+  bool wgmma = false;  // Hopper (sm_90): the wgmma main kernel of the sm_90a image serves
 };
 DeviceInfo g_devices[kMaxDevices];
 std::mutex g_devices_mutex;
@@ -55,6 +57,14 @@ int prepare_main_kernel(int* blocks_per_sm) {
   CUTOVER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, verify_main_kernel<C, IdxT>,
                                                                    C::THREADS, C::SMEM_BYTES),
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return CUTOVER_OK;
+}
+
+template <typename IdxT>
+int prepare_wgmma_kernel() {
+  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_wgmma_kernel<IdxT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          WgmmaTiles::SMEM_BYTES),
+                     "cudaFuncSetAttribute(max dynamic shared memory, wgmma kernel)");
   return CUTOVER_OK;
 }
 
@@ -78,6 +88,14 @@ int device_info(int device, const DeviceInfo** out) {
       if ((rc = prepare_main_kernel<SmallTiles, int>(&d.small_blocks_per_sm)) != CUTOVER_OK) return rc;
       if ((rc = prepare_main_kernel<SmallTiles, long long>(&dummy)) != CUTOVER_OK) return rc;
     }
+    int major = 0;
+    CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                       "cudaDeviceGetAttribute(compute capability)");
+    if (major == 9 && d.smem_optin >= WgmmaTiles::SMEM_BYTES) {
+      if ((rc = prepare_wgmma_kernel<int>()) != CUTOVER_OK) return rc;
+      if ((rc = prepare_wgmma_kernel<long long>()) != CUTOVER_OK) return rc;
+      d.wgmma = true;
+    }
     if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(current), "cudaSetDevice");
     d.ready = true;
   }
@@ -87,7 +105,7 @@ int device_info(int device, const DeviceInfo** out) {
 
 // The launch geometry: everything derives from host-known shapes, never from tensor contents.
 struct Plan {
-  int config;      // 1 large, 2 small
+  int config;      // 1 large, 2 small, 3 wgmma (sm_90)
   int m_tile;
   int threads;
   int smem;
@@ -111,19 +129,22 @@ int make_plan(int32_t batch, int32_t heads, int32_t max_extend, int32_t num_sms,
   const DeviceInfo* d = nullptr;
   int rc = device_info(device, &d);
   if (rc != CUTOVER_OK) return rc;
-  if (config == 0) config = d->smem_optin >= LargeTiles::SMEM_BYTES ? 1 : 2;
+  if (config == 0) config = d->wgmma ? 3 : (d->smem_optin >= LargeTiles::SMEM_BYTES ? 1 : 2);
+  if (config == 3 && !d->wgmma)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "the wgmma kernel (config 3) runs on sm_90 devices only");
   if (config == 1 && d->smem_optin < LargeTiles::SMEM_BYTES)
     return fail(CUTOVER_ERR_UNSUPPORTED, "large tiles need %d bytes of shared memory per block, device has %d",
                 LargeTiles::SMEM_BYTES, d->smem_optin);
   if (config == 2 && d->smem_optin < SmallTiles::SMEM_BYTES)
     return fail(CUTOVER_ERR_UNSUPPORTED, "small tiles need %d bytes of shared memory per block, device has %d",
                 SmallTiles::SMEM_BYTES, d->smem_optin);
-  if (config != 1 && config != 2) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "config must be 0, 1 or 2, got %d", config);
+  if (config < 1 || config > 3)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "config must be 0, 1, 2 or 3, got %d", config);
   p->config = config;
-  p->m_tile = config == 1 ? LargeTiles::M_TILE : SmallTiles::M_TILE;
-  p->threads = config == 1 ? LargeTiles::THREADS : SmallTiles::THREADS;
-  p->smem = config == 1 ? LargeTiles::SMEM_BYTES : SmallTiles::SMEM_BYTES;
-  const int per_sm = config == 1 ? d->large_blocks_per_sm : d->small_blocks_per_sm;
+  p->m_tile = config == 1 ? LargeTiles::M_TILE : config == 2 ? SmallTiles::M_TILE : WgmmaTiles::M_TILE;
+  p->threads = config == 1 ? LargeTiles::THREADS : config == 2 ? SmallTiles::THREADS : WgmmaTiles::THREADS;
+  p->smem = config == 1 ? LargeTiles::SMEM_BYTES : config == 2 ? SmallTiles::SMEM_BYTES : WgmmaTiles::SMEM_BYTES;
+  const int per_sm = config == 1 ? d->large_blocks_per_sm : config == 2 ? d->small_blocks_per_sm : 1;
   if (per_sm < 1) return fail(CUTOVER_ERR_UNSUPPORTED, "the verify kernel cannot be resident on this device");
   p->rcap = heads * max_extend;
   p->row_tiles = (p->rcap + p->m_tile - 1) / p->m_tile;
@@ -198,6 +219,14 @@ int launch_main(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stre
   if (idx64) verify_main_kernel<C, long long><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
   else verify_main_kernel<C, int><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
   CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_main_kernel");
+  return CUTOVER_OK;
+}
+
+int launch_wgmma(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
+  dim3 grid(p.row_tiles, p.g);
+  if (idx64) verify_wgmma_kernel<long long><<<grid, WgmmaTiles::THREADS, WgmmaTiles::SMEM_BYTES, stream>>>(k);
+  else verify_wgmma_kernel<int><<<grid, WgmmaTiles::THREADS, WgmmaTiles::SMEM_BYTES, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_wgmma_kernel");
   return CUTOVER_OK;
 }
 
@@ -288,7 +317,8 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   verify_plan_kernel<<<1, kPlanThreads, 0, stream>>>(k);
   CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_plan_kernel");
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
-  rc = p.config == 1 ? launch_main<LargeTiles>(p, k, idx64, stream) : launch_main<SmallTiles>(p, k, idx64, stream);
+  if (p.config == 3) rc = launch_wgmma(p, k, idx64, stream);
+  else rc = p.config == 1 ? launch_main<LargeTiles>(p, k, idx64, stream) : launch_main<SmallTiles>(p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
   const long long warps = (long long)a->batch * p.rcap * kCombineSlices;  // one warp per (request, row, slice)
   const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);

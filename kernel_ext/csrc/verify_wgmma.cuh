@@ -1,0 +1,306 @@
+// Hopper main kernel (sm_90a image only): the same work items, partials and combine as verify_main_kernel, with
+// the two matrix products on warpgroup MMA (wgmma) reading their operands straight from shared memory.
+//
+// A CTA (two warpgroups, 256 threads) owns 64 rows of one request and one key range, in 64-key tiles:
+//   S = Q K^T      warpgroup w computes the 64 x 32 scores of keys 32w..32w+31 (wgmma m64n32k16, 36 k-steps);
+//   softmax        row maxima meet in shared memory, P (bf16) goes to a 128B-swizzled 64 x 64 buffer;
+//   O += P V       warpgroup w owns value dims 256w..256w+255 (wgmma m64n256k16, V read transposed from the
+//                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers.
+// Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
+// next is gathered with cp.async (4 threads per row). The draft tail is one more tile whose K rows come from k_extend; its V rows
+// (v_extend) replace the stage's first 512 dims after the scores are taken.
+#pragma once
+
+#include "verify_kernels.cuh"
+#include "wgmma_primitives.cuh"
+
+namespace cutover {
+
+struct WgmmaTiles {
+  static constexpr int M_TILE = 64, N_TILE = 64, THREADS = 256;
+  static constexpr int BLOCK_BYTES = 64 * 128;                        // 64 lines x 64 bf16: one column block
+  static constexpr int TILE_BYTES = (kDimQK / 64) * BLOCK_BYTES;      // 64 rows x 576 dims
+  static constexpr int OFF_Q = 0;
+  static constexpr int OFF_KV = OFF_Q + TILE_BYTES;                   // 2 stages
+  static constexpr int OFF_P = OFF_KV + 2 * TILE_BYTES;               // 64 x 64 bf16
+  static constexpr int OFF_MAX = OFF_P + BLOCK_BYTES;                 // [2][64] per-warpgroup row maxima
+  static constexpr int OFF_L = OFF_MAX + 2 * M_TILE * 4;              // [2][64] per-warpgroup row sums
+  static constexpr int OFF_IDX = OFF_L + 2 * M_TILE * 4;              // [2][64] KV row ids of upcoming tiles
+  static constexpr int SMEM_USED = OFF_IDX + 2 * N_TILE * 4;
+  static constexpr int SMEM_BYTES = SMEM_USED + 1024;                 // slack: the base is aligned up to 1024
+  static_assert(kSplitAlign % N_TILE == 0, "split boundaries must fall on tile boundaries");
+};
+
+// 16-byte global->shared copy to a shared address; src_bytes == 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+// Gather one 64-dim-blocked row of PIECES 16-byte pieces into a 128B-swizzled tile, as one of the 4 threads of
+// that row (piece gq + 4k goes to column block k / 2). Invalid rows are zero-filled from `dummy` (never read).
+template <int PIECES>
+__device__ __forceinline__ void gather_row(uint32_t tile, int row, int gq, const __nv_bfloat16* src, bool valid,
+                                           const __nv_bfloat16* dummy) {
+  const uint32_t line = tile + row * 128;
+  const uint32_t sw0 = (uint32_t)(gq ^ (row & 7)) << 4, sw1 = (uint32_t)((gq + 4) ^ (row & 7)) << 4;
+  const char* from = reinterpret_cast<const char*>(valid ? src + gq * 8 : dummy);
+  const int step = valid ? 64 : 0, bytes = valid ? 16 : 0;
+#pragma unroll
+  for (int k = 0; k < PIECES / 4; ++k)
+    cp_async16_to(line + (k >> 1) * WgmmaTiles::BLOCK_BYTES + ((k & 1) ? sw1 : sw0), from + k * step, bytes);
+}
+
+template <typename IdxT>
+__device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a);
+
+template <typename IdxT>
+__global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(const KernelArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  verify_wgmma_body<IdxT>(a);
+#endif
+}
+
+template <typename IdxT>
+__device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
+  using C = WgmmaTiles;
+  if (output_choice(a) == kOutNone) return;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const uint32_t sQ = smem_u32(smem + C::OFF_Q), sKV = smem_u32(smem + C::OFF_KV);
+  const uint32_t sP = smem_u32(smem + C::OFF_P);
+  float* sMax = reinterpret_cast<float*>(smem + C::OFF_MAX);
+  float* sL = reinterpret_cast<float*>(smem + C::OFF_L);
+  int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
+
+  const int4 wk = a.work[blockIdx.y];
+  const int b = wk.x;
+  if (b < 0) return;
+  const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
+  int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
+  ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
+  const int H = a.H;
+  const int rows_b = ext * H;
+  const int row0 = blockIdx.x * C::M_TILE;
+  if (row0 >= rows_b) return;
+  const int64_t kv_start = load_index(a.kv_indptr, b, a.kv64);
+  const int P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - kv_start);
+  const int key_begin = wk.y, key_end = wk.z, slot = wk.w;
+  const bool does_tail = key_end >= P;
+  const int64_t mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
+  const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
+  const float v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
+
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid & 127) >> 5, lane = tid & 31;
+  const int g = lane >> 2, cq = lane & 3;
+  const int r_lo = warp * 16 + g;  // this thread's accumulator rows: r_lo and r_lo + 8
+
+  // Gather role of this thread: row gr of a 64-row tile, 16-byte pieces gq, gq + 4, gq + 8, ...
+  const int gr = tid >> 2, gq = tid & 3;
+
+  // Q tile (rows past the request's last row are zero).
+  {
+    const int grow = row0 + gr, t = grow / H, h = grow - t * H;
+    gather_row<kRowChunks>(sQ, gr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
+  }
+
+  const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
+  const int n_iter = n_tiles + (does_tail ? 1 : 0);  // the draft tail is the last tile
+  auto row_id = [&](int kt, int r) -> int {
+    const int key = key_begin + kt * C::N_TILE + r;
+    return kt < n_tiles && key < key_end ? (int)kv_indices[kv_start + key] : 0;
+  };
+  // Gather tile `it` into a stage: prefix rows by the ids in sIdx[it & 1], or the draft tokens' K rows.
+  auto load_tile = [&](int it, int stage) {
+    const uint32_t dst = sKV + stage * C::TILE_BYTES;
+    if (it >= n_tiles)
+      gather_row<kRowChunks>(dst, gr, gq, a.kx + (qo_start + gr) * a.skx, gr < ext, a.kx);
+    else
+      gather_row<kRowChunks>(dst, gr, gq, a.kv + (int64_t)sIdx[(it & 1) * C::N_TILE + gr] * a.skv,
+                             key_begin + it * C::N_TILE + gr < key_end, a.kv);
+  };
+
+  if (tid < C::N_TILE) {
+    sIdx[tid] = row_id(0, tid);
+    sIdx[C::N_TILE + tid] = row_id(1, tid);
+  }
+  __syncthreads();
+  if (n_iter > 0) load_tile(0, 0);
+  cp_async_commit();
+  int next_id = tid < C::N_TILE ? row_id(2, tid) : 0;  // ids of tile it + 2, stored once slot it & 1 is free
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
+  const float prefix_scale = a.sm_scale * k_scale * 1.4426950408889634f;
+  const float tail_scale = a.sm_scale * 1.4426950408889634f;
+  const uint64_t desc_q = desc_k_major(sQ), desc_p = desc_k_major(sP);
+
+  // Per tile: S(it) runs on the tensor cores while the next tile's gather is issued; P V(it) is left running
+  // into the next iteration's wait for its tile.
+  for (int it = 0; it < n_iter; ++it) {
+    const int stage = it & 1;
+    const uint32_t sK = sKV + stage * C::TILE_BYTES;
+    const bool tail = it >= n_tiles;
+    cp_async_wait<0>();
+    wgmma_wait<0>();  // P V of the previous tile
+    fence_operands(acc);
+    fence_proxy_async();
+    __syncthreads();  // tile `it` visible to wgmma; the other stage, P and the maxima are free
+
+    // S = Q K^T for this warpgroup's 32 keys (asynchronous), then the next tile's gather.
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.f;
+    fence_operands(s);
+    wgmma_fence();
+    const uint64_t desc_k = desc_k_major(sK + wg * 32 * 128);
+#pragma unroll
+    for (int kk = 0; kk < kDimQK / 16; ++kk) {
+      const uint64_t off = (uint64_t)(((kk >> 2) * C::BLOCK_BYTES + (kk & 3) * 32) >> 4);
+      wgmma_m64n32k16_kk(s, desc_q + off, desc_k + off);
+    }
+    wgmma_commit();
+    if (it + 1 < n_iter) load_tile(it + 1, stage ^ 1);
+    cp_async_commit();
+    if (tid < C::N_TILE) {
+      sIdx[stage * C::N_TILE + tid] = next_id;
+      next_id = row_id(it + 3, tid);
+    }
+    wgmma_wait<0>();
+    fence_operands(s);
+
+    // Scale (log2 domain), mask, row maxima of this warpgroup's keys.
+    if (!tail) {
+      const int lim = min(C::N_TILE, key_end - key_begin - it * C::N_TILE) - wg * 32 - 2 * cq;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
+    } else {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int grow = row0 + r_lo + hf * 8, ti = grow / H;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int lk = wg * 32 + j * 8 + 2 * cq + e;
+            bool vis = lk < ext && grow < rows_b;
+            if (vis && a.mask != nullptr)
+              // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
+              // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
+              vis = (!a.is_causal || lk < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
+                    a.mask[mask_start + (int64_t)ti * (P + ext) + P + lk] != 0;
+            else if (vis && a.is_causal)
+              vis = lk <= ti;
+            s[j * 4 + hf * 2 + e] = vis ? s[j * 4 + hf * 2 + e] * tail_scale : -CUDART_INF_F;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -CUDART_INF_F;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      if (cq == 0) sMax[wg * C::M_TILE + r_lo + hf * 8] = mx;
+    }
+    __syncthreads();  // both warpgroups' maxima visible; every S wgmma of this tile has completed
+
+    if (tail) {  // the draft V rows replace the stage's first 512 dims (K dims no longer needed)
+      gather_row<kVChunks>(sK, gr, gq, a.vx + (qo_start + gr) * a.svx, gr < ext, a.vx);
+      cp_async_commit();
+    }
+
+    // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+    float alpha[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int lr = r_lo + hf * 8;
+      const float m_new = fmaxf(m_run[hf], fmaxf(sMax[lr], sMax[C::M_TILE + lr]));
+      const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
+      alpha[hf] = exp2f(m_run[hf] - m_use);
+      m_run[hf] = m_new;
+      float lsum = l_run[hf] * alpha[hf];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float p0 = exp2f(s[j * 4 + hf * 2] - m_use), p1 = exp2f(s[j * 4 + hf * 2 + 1] - m_use);
+        lsum += p0 + p1;
+        *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, wg * 4 + j) + cq * 4) = pack_bf16x2(p0, p1);
+      }
+      l_run[hf] = lsum;
+      // v_scale multiplies the prefix P V only (SGLang: acc += dot(p, v) * v_scale for pool values).
+      if (tail) alpha[hf] *= v_scale;
+    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+      }
+    }
+    if (tail) cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // P (and the draft V rows) visible to wgmma
+
+    // O += P V over this warpgroup's 256 value dims; completes during the next iteration's wait.
+    fence_operands(acc);
+    wgmma_fence();
+    const uint64_t desc_v = desc_mn_major(sK + wg * 4 * C::BLOCK_BYTES, C::BLOCK_BYTES);
+#pragma unroll
+    for (int ks = 0; ks < C::N_TILE / 16; ++ks)
+      wgmma_m64n256k16_kmn(acc, desc_p + (uint64_t)((ks * 32) >> 4), desc_v + (uint64_t)((ks * 2048) >> 4));
+    wgmma_commit();
+  }
+  wgmma_wait<0>();
+  fence_operands(acc);
+  cp_async_wait<0>();
+  if (!does_tail) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] *= v_scale;
+  }
+
+  // Row sums: across the quad, then across the two warpgroups.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_run[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (cq == 0) sL[wg * C::M_TILE + r_lo + hf * 8] = l;
+  }
+  __syncthreads();
+
+  // The flags cannot change during the call (the gate wrote them before): read again instead of keeping
+  // the choice in registers through the main loop.
+  const bool to_alt = slot < 0 && output_choice(a) == kOutAlt;
+  __nv_bfloat16* const out = to_alt ? a.o_alt : a.o;
+  const int64_t out_s0 = to_alt ? a.sa0 : a.so0, out_s1 = to_alt ? a.sa1 : a.so1;
+  const int dim0 = wg * 256 + 2 * cq;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int lr = r_lo + hf * 8, grow = row0 + lr;
+    if (grow >= rows_b) continue;
+    const float l = sL[lr] + sL[C::M_TILE + lr];
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
+    if (slot < 0) {
+      const int t = grow / H, h = grow - t * H;
+      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + dim0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(dst + j * 8) = pack_bf16x2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
+    } else {
+      float* dst = a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + dim0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
+      if (wg == 0 && cq == 0)
+        a.part_lse[(int64_t)slot * a.rcap + grow] = l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F;
+    }
+  }
+}
+
+}  // namespace cutover
