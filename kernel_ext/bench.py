@@ -228,8 +228,11 @@ def summarise(rows: list[dict]) -> dict:
     speed = [r["speedup_vs_triton"] for r in rows if r.get("speedup_vs_triton")]
     mem = sorted(r["roofline_fraction"] for r in rows if r["bound"] == "memory")
     comp = sorted(r["roofline_fraction"] for r in rows if r["bound"] == "compute")
+    shared = [r["speedup_vs_shared"] for r in rows if r.get("speedup_vs_shared")]
     med = lambda v: round(statistics.median(v), 3) if v else None  # noqa: E731
-    return dict(median_speedup=statistics.median(speed) if speed else float("nan"),
+    return dict(median_speedup_vs_shared=med(shared), min_speedup_vs_shared=min(shared) if shared else None,
+                shared_failed=sum(1 for r in rows if r.get("shared_error")),
+                median_speedup=statistics.median(speed) if speed else float("nan"),
                 min_speedup=min(speed) if speed else float("nan"),
                 median_roof_memory=med(mem), median_roof_compute=med(comp),
                 min_roof_memory=min(mem) if mem else None, min_roof_compute=min(comp) if comp else None)
@@ -267,10 +270,10 @@ def main(argv=None) -> int:
               f"{100 * row['roofline_fraction']:5.1f}% ({row['bound']})", flush=True)
         del shape
         torch.cuda.empty_cache()
-    report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                  triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
-                  seconds=time.time() - started, rows=rows, summary=summarise(rows))
-    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+        report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                      triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
+                      seconds=time.time() - started, rows=rows, summary=summarise(rows))
+        (args.out / "bench.json").write_text(json.dumps(report, indent=1))  # a run cut short keeps its rows
     (args.out / "bench.md").write_text(markdown(report))
     plot(report, args.out / "bench.png")
     s = report["summary"]

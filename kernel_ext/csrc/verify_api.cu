@@ -213,20 +213,39 @@ int check_params(const CutoverVerifyParams* a) {
   return CUTOVER_OK;
 }
 
+// Launch `kernel(args)` as a programmatic dependent of the previous kernel on the stream: it may start while that
+// kernel finishes and waits for it on the device (grid_dependency_wait). Capturable into CUDA graphs.
+template <typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem, cudaStream_t stream,
+                             Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 template <class C>
 int launch_main(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
-  dim3 grid(p.row_tiles, p.g);
-  if (idx64) verify_main_kernel<C, long long><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
-  else verify_main_kernel<C, int><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_main_kernel");
+  const dim3 grid(p.row_tiles, p.g);
+  CUTOVER_CUDA_CHECK(idx64 ? launch_dependent(verify_main_kernel<C, long long>, grid, C::THREADS, C::SMEM_BYTES, stream, k)
+                           : launch_dependent(verify_main_kernel<C, int>, grid, C::THREADS, C::SMEM_BYTES, stream, k),
+                     "launch of verify_main_kernel");
   return CUTOVER_OK;
 }
 
 int launch_wgmma(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
-  dim3 grid(p.row_tiles, p.g);
-  if (idx64) verify_wgmma_kernel<long long><<<grid, WgmmaTiles::THREADS, WgmmaTiles::SMEM_BYTES, stream>>>(k);
-  else verify_wgmma_kernel<int><<<grid, WgmmaTiles::THREADS, WgmmaTiles::SMEM_BYTES, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_wgmma_kernel");
+  const dim3 grid(p.row_tiles, p.g);
+  const int threads = WgmmaTiles::THREADS, smem = WgmmaTiles::SMEM_BYTES;
+  CUTOVER_CUDA_CHECK(idx64 ? launch_dependent(verify_wgmma_kernel<long long>, grid, threads, smem, stream, k)
+                           : launch_dependent(verify_wgmma_kernel<int>, grid, threads, smem, stream, k),
+                     "launch of verify_wgmma_kernel");
   return CUTOVER_OK;
 }
 
@@ -323,8 +342,8 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   const long long warps = (long long)a->batch * p.rcap * kCombineSlices;  // one warp per (request, row, slice)
   const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
   const int combine_blocks = (int)(wanted < 8LL * a->num_sms ? wanted : 8LL * a->num_sms);
-  verify_combine_kernel<<<combine_blocks, kCombineThreads, 0, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_combine_kernel");
+  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel, dim3(combine_blocks), kCombineThreads, 0, stream, k),
+                     "launch of verify_combine_kernel");
   return CUTOVER_OK;
 }
 

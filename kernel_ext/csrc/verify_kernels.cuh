@@ -168,6 +168,7 @@ __device__ __forceinline__ long long splits_of(long long P, long long chunk) {
 }
 
 __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelArgs a) {
+  grid_dependency_release();  // the main kernel may launch now; it waits for this plan before reading it
   if (output_choice(a) == kOutNone) return;
   __shared__ long long s_sum[32];
   __shared__ int2 s_scan[33];
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
 
 // ---------------------------------------------------------------------------------------------------------
 // Main kernel. grid = (row tiles, G): the row tiles of one split run side by side, so a split's KV rows are
-// fetched from HBM once and re-read from L2 by the other row tiles.
+// fetched from HBM once and re-read from L2 by the other row tiles. The main and combine kernels are launched
+// as programmatic dependents of the kernel before them (grid_dependency_wait at their start).
 // ---------------------------------------------------------------------------------------------------------
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
@@ -248,6 +250,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
+  grid_dependency_wait();  // the plan (launched just before, programmatic dependency) has completed
+  grid_dependency_release();
   if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
@@ -598,6 +602,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // at once: lanes are 4 split groups (split i goes to group i % 4) x 8 float4 columns, reduced by shuffles.
 // ---------------------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
+  grid_dependency_wait();  // every split of the main kernel has written its partial
   const int choice = output_choice(a);
   if (choice == kOutNone) return;
   __nv_bfloat16* const out = choice == kOutAlt ? a.o_alt : a.o;

@@ -63,6 +63,8 @@ __global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(co
 template <typename IdxT>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   using C = WgmmaTiles;
+  grid_dependency_wait();  // the plan (launched just before, programmatic dependency) has completed
+  grid_dependency_release();
   if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -151,15 +153,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 
     // S = Q K^T for this warpgroup's 32 keys (asynchronous), then the next tile's gather.
     float s[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s[i] = 0.f;
-    fence_operands(s);
     wgmma_fence();
     const uint64_t desc_k = desc_k_major(sK + wg * 32 * 128);
 #pragma unroll
     for (int kk = 0; kk < kDimQK / 16; ++kk) {
       const uint64_t off = (uint64_t)(((kk >> 2) * C::BLOCK_BYTES + (kk & 3) * 32) >> 4);
-      wgmma_m64n32k16_kk(s, desc_q + off, desc_k + off);
+      wgmma_m64n32k16_kk(s, desc_q + off, desc_k + off, kk > 0);
     }
     wgmma_commit();
     if (it + 1 < n_iter) load_tile(it + 1, stage ^ 1);

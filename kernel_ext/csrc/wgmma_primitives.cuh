@@ -41,15 +41,16 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d[64 x 32] += A[64 x 16] * B[16 x 32]; A and B K-major in shared memory (bf16), d fp32.
-__device__ __forceinline__ void wgmma_m64n32k16_kk(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
+// d[64 x 32] (+)= A[64 x 16] * B[16 x 32]; A and B K-major in shared memory (bf16), d fp32. accumulate == 0
+// overwrites d (its old value is not read).
+__device__ __forceinline__ void wgmma_m64n32k16_kk(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 // d[64 x 256] += A[64 x 16] * B[16 x 256]; A K-major, B MN-major (transposed) in shared memory, d fp32.
