@@ -234,6 +234,38 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
 
+// What a main-kernel CTA works on: its work item (blockIdx.y) and row tile (blockIdx.x) resolved against the
+// request's index tensors. decode_work returns false when the CTA has nothing to do (an idle work item, or a row
+// tile past the request's rows).
+struct SplitWork {
+  int ext, rows_b, row0, P, key_begin, key_end, slot;
+  int64_t qo_start, kv_start, mask_start;
+  bool does_tail;  // the split ending the prefix also attends to the draft tail
+  float k_scale, v_scale;
+};
+
+__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, SplitWork& w) {
+  const int4 wk = a.work[blockIdx.y];
+  const int b = wk.x;
+  if (b < 0) return false;
+  w.qo_start = load_index(a.qo_indptr, b, a.qo64);
+  const int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - w.qo_start);
+  w.ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
+  w.rows_b = w.ext * a.H;
+  w.row0 = blockIdx.x * m_tile;
+  if (w.row0 >= w.rows_b) return false;
+  w.kv_start = load_index(a.kv_indptr, b, a.kv64);
+  w.P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - w.kv_start);
+  w.key_begin = wk.y;
+  w.key_end = wk.z;
+  w.slot = wk.w;
+  w.does_tail = w.key_end >= w.P;
+  w.mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
+  w.k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
+  w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  return true;
+}
+
 // sm_120-class parts have ~99 KB of shared memory per block: the host never launches the large tiles there,
 // so their body is not compiled for them (it would not fit the register budget either).
 constexpr int kSm120SmemPerBlock = 101376;
@@ -263,23 +295,11 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   float* sMfin = reinterpret_cast<float*>(smem + C::OFF_MFIN);
   int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
-  const int4 wk = a.work[blockIdx.y];
-  const int b = wk.x;
-  if (b < 0) return;
-  const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
-  int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
-  ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
-  const int H = a.H;
-  const int rows_b = ext * H;
-  const int row0 = blockIdx.x * C::M_TILE;
-  if (row0 >= rows_b) return;
-  const int64_t kv_start = load_index(a.kv_indptr, b, a.kv64);
-  const int P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - kv_start);
-  const int key_begin = wk.y, key_end = wk.z, slot = wk.w;
-  const bool does_tail = key_end >= P;
-  const int64_t mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
-  const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
-  const float v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  SplitWork w;
+  if (!decode_work(a, C::M_TILE, w)) return;
+  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
+  const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
+  const int64_t qo_start = w.qo_start;
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
@@ -303,7 +323,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   // Row id of key r of prefix tile kt (0 past the split's end; such rows are zero-filled, never read).
   auto row_id = [&](int kt, int r) -> int64_t {
     const int key = key_begin + kt * C::N_TILE + r;
-    return key < key_end ? (int64_t)kv_indices[kv_start + key] : 0;
+    return key < key_end ? (int64_t)kv_indices[w.kv_start + key] : 0;
   };
   // Gather prefix tile kt into a stage; `ids` are its row ids (global memory in the prologue, then the
   // shared ring, filled one tile ahead so no load in this loop waits on an index).
@@ -393,7 +413,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
                 // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
                 // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
                 vis = (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
-                      a.mask[mask_start + (int64_t)ti * (P + ext) + P + j] != 0;
+                      a.mask[w.mask_start + (int64_t)ti * (P + ext) + P + j] != 0;
               else if (a.is_causal) vis = j <= ti;
             }
             const float v = vis ? s[mt][nt][hf * 2 + e] * scale_log2 : -CUDART_INF_F;
@@ -473,7 +493,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   // Prefix keys of this split, software-pipelined: iteration kt computes P V of tile kt-1 and S of tile kt in
   // one branch-free block (tensor and shared-memory work overlap), with two barriers per tile. The cp.async
   // ring runs STAGES deep; the Q tile rides in the first group.
-  const float prefix_scale = a.sm_scale * k_scale * 1.4426950408889634f;
+  const float prefix_scale = a.sm_scale * w.k_scale * 1.4426950408889634f;
 #pragma unroll
   for (int st = 0; st < C::STAGES - 1; ++st) {
     if (st < n_tiles) load_prefix_tile(st, st, nullptr);
@@ -516,9 +536,9 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 #pragma unroll
     for (int nt = 0; nt < C::NT_O; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= v_scale;
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= w.v_scale;
 
-  if (does_tail) {  // draft tokens as keys: K rows, S, then their V rows over the same stage, P V
+  if (w.does_tail) {  // draft tokens as keys: K rows, S, then their V rows over the same stage, P V
     const float tail_scale = a.sm_scale * 1.4426950408889634f;
     for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
       __syncthreads();  // the previous tile's readers are done with stage 0

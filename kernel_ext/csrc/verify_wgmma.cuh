@@ -74,24 +74,11 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   float* sL = reinterpret_cast<float*>(smem + C::OFF_L);
   int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
 
-  const int4 wk = a.work[blockIdx.y];
-  const int b = wk.x;
-  if (b < 0) return;
-  const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
-  int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
-  ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
-  const int H = a.H;
-  const int rows_b = ext * H;
-  const int row0 = blockIdx.x * C::M_TILE;
-  if (row0 >= rows_b) return;
-  const int64_t kv_start = load_index(a.kv_indptr, b, a.kv64);
-  const int P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - kv_start);
-  const int key_begin = wk.y, key_end = wk.z, slot = wk.w;
-  const bool does_tail = key_end >= P;
-  const int64_t mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
-  const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
-  const float v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
-  const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
+  SplitWork w;
+  if (!decode_work(a, C::M_TILE, w)) return;
+  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
+  const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
+  const int64_t qo_start = w.qo_start;
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid & 127) >> 5, lane = tid & 31;
   const int g = lane >> 2, cq = lane & 3;
@@ -107,10 +94,11 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   }
 
   const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
-  const int n_iter = n_tiles + (does_tail ? 1 : 0);  // the draft tail is the last tile
+  const int n_iter = n_tiles + (w.does_tail ? 1 : 0);  // the draft tail is the last tile
+  const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
   auto row_id = [&](int kt, int r) -> int {
     const int key = key_begin + kt * C::N_TILE + r;
-    return kt < n_tiles && key < key_end ? (int)kv_indices[kv_start + key] : 0;
+    return kt < n_tiles && key < key_end ? (int)kv_indices[w.kv_start + key] : 0;
   };
   // Gather tile `it` into a stage: prefix rows by the ids in sIdx[it & 1], or the draft tokens' K rows.
   auto load_tile = [&](int it, int stage) {
@@ -135,7 +123,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
   float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
-  const float prefix_scale = a.sm_scale * k_scale * 1.4426950408889634f;
+  const float prefix_scale = a.sm_scale * w.k_scale * 1.4426950408889634f;
   const float tail_scale = a.sm_scale * 1.4426950408889634f;
   const uint64_t desc_q = desc_k_major(sQ), desc_p = desc_k_major(sP);
 
@@ -191,7 +179,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
               // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
               // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
               vis = (!a.is_causal || lk < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
-                    a.mask[mask_start + (int64_t)ti * (P + ext) + P + lk] != 0;
+                    a.mask[w.mask_start + (int64_t)ti * (P + ext) + P + lk] != 0;
             else if (vis && a.is_causal)
               vis = lk <= ti;
             s[j * 4 + hf * 2 + e] = vis ? s[j * 4 + hf * 2 + e] * tail_scale : -CUDART_INF_F;
@@ -233,7 +221,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       }
       l_run[hf] = lsum;
       // v_scale multiplies the prefix P V only (SGLang: acc += dot(p, v) * v_scale for pool values).
-      if (tail) alpha[hf] *= v_scale;
+      if (tail) alpha[hf] *= w.v_scale;
     }
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -258,9 +246,9 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   wgmma_wait<0>();
   fence_operands(acc);
   cp_async_wait<0>();
-  if (!does_tail) {
+  if (!w.does_tail) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] *= v_scale;
+    for (int i = 0; i < 128; ++i) acc[i] *= w.v_scale;
   }
 
   // Row sums: across the quad, then across the two warpgroups.
