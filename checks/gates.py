@@ -193,69 +193,29 @@ def _exceeds(value: float, limit: float) -> bool:
 def _layer_gates(policy: ShadowPolicy, name: str, layer: LayerStats, final: bool) -> list[GateResult]:
     """Failed gates of one layer, most specific first (a NaN also shows as a huge relative L2)."""
     failed = []
+
+    def fail(gate: str, message: str) -> None:
+        failed.append(GateResult(gate, False, f"layer {name}: {message}", layer=name))
+
     if layer.nonfinite_custom > policy.max_nonfinite:
-        failed.append(
-            GateResult(
-                "nonfinite",
-                False,
-                f"layer {name}: {layer.nonfinite_custom} non-finite output "
-                f"values from the custom kernel (allowed {policy.max_nonfinite})",
-                layer=name,
-            )
-        )
+        fail("nonfinite", f"{layer.nonfinite_custom} non-finite output values from the custom kernel "
+                          f"(allowed {policy.max_nonfinite})")
     if layer.nonfinite_stock > policy.max_nonfinite:
-        failed.append(
-            GateResult(
-                "nonfinite",
-                False,
-                f"layer {name}: {layer.nonfinite_stock} non-finite output "
-                f"values from Triton itself: the comparison is not trustworthy",
-                layer=name,
-            )
-        )
+        fail("nonfinite", f"{layer.nonfinite_stock} non-finite output values from Triton itself: "
+                          "the comparison is not trustworthy")
     if layer.truth_violations:
         worst = layer.truth_worst
-        failed.append(
-            GateResult(
-                "truth_anchor",
-                False,
-                f"layer {name}: custom error vs float64 "
-                f"{worst['err_custom']:.3g} > {policy.truth_anchor_k} x Triton's "
-                f"{worst['err_stock']:.3g} + {policy.truth_anchor_floor:.3g} "
-                f"({layer.truth_violations} of {layer.truth_samples} samples, worst at {worst['at']})",
-                layer=name,
-            )
-        )
+        fail("truth_anchor", f"custom error vs float64 {worst['err_custom']:.3g} > {policy.truth_anchor_k} x "
+                             f"Triton's {worst['err_stock']:.3g} + {policy.truth_anchor_floor:.3g} "
+                             f"({layer.truth_violations} of {layer.truth_samples} samples, worst at {worst['at']})")
     if _exceeds(layer.rel_l2_max, policy.rel_l2_max):
-        failed.append(
-            GateResult(
-                "rel_l2_max",
-                False,
-                f"layer {name}: worst relative L2 {layer.rel_l2_max:.3g} "
-                f"> {policy.rel_l2_max:.3g} (at {layer.worst_at})",
-                layer=name,
-            )
-        )
+        fail("rel_l2_max", f"worst relative L2 {layer.rel_l2_max:.3g} > {policy.rel_l2_max:.3g} "
+                           f"(at {layer.worst_at})")
     p99 = layer.rel_l2_p99()
     if p99 is not None and (final or layer.compared >= policy.min_compared_calls) and _exceeds(p99, policy.rel_l2_p99):
-        failed.append(
-            GateResult(
-                "rel_l2_p99",
-                False,
-                f"layer {name}: relative L2 p99 {p99:.3g} > "
-                f"{policy.rel_l2_p99:.3g} over {layer.compared} compared calls",
-                layer=name,
-            )
-        )
+        fail("rel_l2_p99", f"relative L2 p99 {p99:.3g} > {policy.rel_l2_p99:.3g} over {layer.compared} compared calls")
     if _exceeds(layer.max_abs, policy.max_abs):
-        failed.append(
-            GateResult(
-                "max_abs",
-                False,
-                f"layer {name}: max abs difference {layer.max_abs:.3g} > " f"{policy.max_abs:.3g}",
-                layer=name,
-            )
-        )
+        fail("max_abs", f"max abs difference {layer.max_abs:.3g} > {policy.max_abs:.3g}")
     return failed
 
 

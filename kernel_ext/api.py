@@ -13,7 +13,7 @@ import os
 import torch
 
 from . import _lib
-from .reference import unserved_feature
+from .reference import SGLANG_KEYWORD_DEFAULTS, unserved_feature
 
 DIM_QK, DIM_V = 576, 512
 MAX_DRAFT_TOKENS = 64
@@ -96,6 +96,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     non-bf16 (e.g. fp8) tensors, head dims other than 576/512, more than one KV head, H > 128, T outside 1..64,
     v_buffer not a view of k_buffer, unaligned tensors, unknown keyword args.
     """
+    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
     tensors = {"q_extend": q_extend, "k_extend": k_extend, "v_extend": v_extend, "o_extend": o_extend,
                "k_buffer": k_buffer, "v_buffer": v_buffer, "qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
                "kv_indices": kv_indices}
@@ -105,13 +106,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     if isinstance(max_len_extend, torch.Tensor) or not isinstance(max_len_extend, int):
         raise ValueError(f"max_len_extend must be a Python int, got {type(max_len_extend).__name__}")
     # Features, head dims, draft counts: the same gate as the CPU stand-in (shapes and host values only).
-    if extra_kwargs or unserved_feature(
-            q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, logit_cap=logit_cap,
-            skip_prefix_custom_mask=skip_prefix_custom_mask, sliding_window_size=sliding_window_size, sinks=sinks,
-            window_kv_offsets=window_kv_offsets, xai_temperature_len=xai_temperature_len, lse_extend=lse_extend,
-            skip_prefix=skip_prefix, skip_extend=skip_extend, page_size=page_size, score_mod=score_mod,
-            aux_tensors=aux_tensors, extend_seq_lens_cpu=extend_seq_lens_cpu,
-            identity_kv_indices=identity_kv_indices):
+    if extra_kwargs or unserved_feature(q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, options):
         return False
     # 1. arch
     device = q_extend.device

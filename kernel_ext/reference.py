@@ -27,7 +27,9 @@ called. Every detail follows ``sglang/kernels/ops/attention/extend_attention.py`
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -345,6 +347,27 @@ SGLANG_KEYWORD_DEFAULTS = {
     "identity_kv_indices": False,
 }
 _NO_EFFECT_ON_RESULT = ("extend_seq_lens_cpu",)  # a launch-shape hint in SGLang
+_SGLANG_REQUIRED = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
+                    "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale")
+# The signature of SGLang's extend_attention_fwd, which the CPU stand-ins below accept (and report to inspect).
+SGLANG_SIGNATURE = inspect.Signature(
+    [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in _SGLANG_REQUIRED]
+    + [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value)
+       for name, value in {"sm_scale": None, **SGLANG_KEYWORD_DEFAULTS}.items()]
+)
+
+
+# The stand-ins' arguments in the order reference_verify_attention / unserved_feature take them.
+_VERIFY_INPUTS = ("q_extend", "k_extend", "v_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
+                  "custom_mask", "is_causal", "mask_indptr")
+_SERVED_INPUTS = ("q_extend", "k_extend", "v_extend", "qo_indptr", "custom_mask", "max_len_extend")
+
+
+def _bind(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name, defaults filled in; TypeError for a call the signature does not accept."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
 
 
 def _features_in_use(options: dict, has_mask: bool) -> list[str]:
@@ -368,35 +391,16 @@ def _features_in_use(options: dict, has_mask: bool) -> list[str]:
 
 
 def unserved_feature(
-    q_extend,
-    k_extend,
-    v_extend,
-    qo_indptr,
-    custom_mask,
-    max_len_extend,
-    *,
-    logit_cap=0.0,
-    skip_prefix_custom_mask=True,
-    sliding_window_size=-1,
-    sinks=None,
-    window_kv_offsets=None,
-    xai_temperature_len=-1,
-    lse_extend=None,
-    skip_prefix=False,
-    skip_extend=False,
-    page_size=1,
-    score_mod=None,
-    aux_tensors=None,
-    extend_seq_lens_cpu=None,
-    identity_kv_indices=False,
+    q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, options: Mapping | None = None
 ) -> str | None:
     """Why the verify kernel cannot serve this ``extend_attention_fwd`` call, or None when it can.
 
-    Keyword arguments: SGLang's options (``SGLANG_KEYWORD_DEFAULTS``). Reads only shapes and host values,
+    ``options``: SGLang's keyword options by name (``SGLANG_KEYWORD_DEFAULTS``; a missing one is off; other
+    names are ignored). Reads only shapes and host values,
     never device data, so it is safe under CUDA-graph capture. Every request has the same number of drafts
     exactly when q has batch x ``max_len_extend`` rows (SGLang passes the longest extend as max_len_extend).
     """
-    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
+    options = {name: (options or {}).get(name, off) for name, off in SGLANG_KEYWORD_DEFAULTS.items()}
     used = _features_in_use(options, custom_mask is not None)
     if used:
         return "unsupported feature: " + ", ".join(used)
@@ -414,110 +418,50 @@ def unserved_feature(
     return None
 
 
-def reference_extend_attention_fwd(
-    q_extend,
-    k_extend,
-    v_extend,
-    o_extend,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    is_causal,
-    mask_indptr,
-    max_len_extend,
-    k_scale,
-    v_scale,
-    sm_scale=None,
-    logit_cap=0.0,
-    skip_prefix_custom_mask=True,
-    sliding_window_size=-1,
-    sinks=None,
-    window_kv_offsets=None,
-    xai_temperature_len=-1,
-    lse_extend=None,
-    skip_prefix=False,
-    skip_extend=False,
-    page_size: int = 1,
-    score_mod=None,
-    aux_tensors=None,
-    extend_seq_lens_cpu=None,
-    identity_kv_indices: bool = False,
-) -> None:
+def reference_extend_attention_fwd(*args, **kwargs) -> None:
     """Drop-in CPU stand-in for SGLang's ``extend_attention_fwd`` (verify subset); writes ``o_extend``.
 
-    SGLang's positional and keyword arguments (``SGLANG_KEYWORD_DEFAULTS``). Computes
+    SGLang's positional and keyword arguments (``SGLANG_SIGNATURE``). Computes
     ``reference_verify_attention`` in float32 (the stock kernel's accumulation), stored in ``o_extend``'s
     dtype. Like SGLang, rows beyond the ``cdiv(max_len_extend, BLOCK_M)`` query blocks of a request are left
     untouched, and an empty extend (all-zero ``qo_indptr``) writes nothing. Raises
     NotImplementedError for options outside target verify (logit cap, sliding window, sinks, xai
     temperature, LSE output, skip_prefix/skip_extend, page_size > 1, score_mod, identity_kv_indices).
     """
-    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
-    unmodelled = [
-        f for f in _features_in_use(options, custom_mask is not None) if not f.startswith("skip_prefix_")
-    ]
+    a = _bind(SGLANG_SIGNATURE, args, kwargs)
+    unmodelled = [f for f in _features_in_use(a, a["custom_mask"] is not None) if not f.startswith("skip_prefix_")]
     if unmodelled:
         raise NotImplementedError(f"reference_extend_attention_fwd does not model: {', '.join(unmodelled)}")
-    result = reference_verify_attention(
-        q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-        is_causal, mask_indptr, sm_scale, k_scale, v_scale, options["skip_prefix_custom_mask"], torch.float32,
-    )  # fmt: skip
-    rows_per_request = -(-int(max_len_extend) // SGLANG_MLA_BLOCK_M) * SGLANG_MLA_BLOCK_M
-    _store_rows(o_extend, result, qo_indptr, rows_per_request)
+    result = reference_verify_attention(*(a[name] for name in _VERIFY_INPUTS), a["sm_scale"], a["k_scale"],
+                                        a["v_scale"], a["skip_prefix_custom_mask"], torch.float32)
+    rows_per_request = -(-int(a["max_len_extend"]) // SGLANG_MLA_BLOCK_M) * SGLANG_MLA_BLOCK_M
+    _store_rows(a["o_extend"], result, a["qo_indptr"], rows_per_request)
 
 
-def splitk_extend_attention_fwd(
-    q_extend,
-    k_extend,
-    v_extend,
-    o_extend,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    is_causal,
-    mask_indptr,
-    max_len_extend,
-    k_scale,
-    v_scale,
-    sm_scale=None,
-    logit_cap=0.0,
-    skip_prefix_custom_mask=True,
-    sliding_window_size=-1,
-    sinks=None,
-    window_kv_offsets=None,
-    xai_temperature_len=-1,
-    lse_extend=None,
-    skip_prefix=False,
-    skip_extend=False,
-    page_size: int = 1,
-    score_mod=None,
-    aux_tensors=None,
-    extend_seq_lens_cpu=None,
-    identity_kv_indices: bool = False,
-    *,
-    split_size: int = 256,
-) -> bool:
+reference_extend_attention_fwd.__signature__ = SGLANG_SIGNATURE
+
+
+def splitk_extend_attention_fwd(*args, **kwargs) -> bool:
     """CPU stand-in of ``kernel_ext.verify_attention``: True when it wrote ``o_extend``, False to fall back.
 
-    SGLang's positional and keyword arguments, plus ``split_size``. Serves exactly what the CUDA kernel
-    serves (``unserved_feature`` is None): absorbed MLA shapes, the same number of draft tokens (1..64) for
-    every request, every option off except skip_prefix_custom_mask=True.
+    SGLang's positional and keyword arguments (``SGLANG_SIGNATURE``), plus ``split_size``. Serves exactly
+    what the CUDA kernel serves (``unserved_feature`` is None): absorbed MLA shapes, the same number of draft
+    tokens (1..64) for every request, every option off except skip_prefix_custom_mask=True.
     """
-    options = {name: value for name, value in locals().items() if name in SGLANG_KEYWORD_DEFAULTS}
-    if unserved_feature(q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, **options):
+    a = _bind(_SPLITK_SIGNATURE, args, kwargs)
+    if unserved_feature(*(a[name] for name in _SERVED_INPUTS), a):
         return False
-    result = splitk_verify_attention(
-        q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-        is_causal, mask_indptr, sm_scale, k_scale, v_scale, True, split_size,
-    )  # fmt: skip
-    _store_rows(o_extend, result, qo_indptr, result.shape[0])
+    result = splitk_verify_attention(*(a[name] for name in _VERIFY_INPUTS), a["sm_scale"], a["k_scale"],
+                                     a["v_scale"], True, a["split_size"])
+    _store_rows(a["o_extend"], result, a["qo_indptr"], result.shape[0])
     return True
+
+
+_SPLITK_SIGNATURE = SGLANG_SIGNATURE.replace(parameters=[
+    *SGLANG_SIGNATURE.parameters.values(),
+    inspect.Parameter("split_size", inspect.Parameter.KEYWORD_ONLY, default=256),
+])
+splitk_extend_attention_fwd.__signature__ = _SPLITK_SIGNATURE
 
 
 def _store_rows(o_extend, result, qo_indptr, rows_per_request):

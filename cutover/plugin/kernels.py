@@ -93,14 +93,14 @@ class ReferenceKernels:
         self._splitk = reference.splitk_extend_attention_fwd
         self._unserved = reference.unserved_feature
         self._signature = inspect.signature(reference.splitk_extend_attention_fwd)
-        self._unserved_params = set(inspect.signature(reference.unserved_feature).parameters)
 
     def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
         torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
     def served(self, args, kwargs) -> bool:
-        bound = self._signature.bind(*args, **kwargs).arguments
-        return self._unserved(**{k: v for k, v in bound.items() if k in self._unserved_params}) is None
+        a = self._signature.bind(*args, **kwargs).arguments
+        return self._unserved(a["q_extend"], a["k_extend"], a["v_extend"], a["qo_indptr"], a["custom_mask"],
+                              a["max_len_extend"], a) is None
 
     def custom(self, args, kwargs, o, scratch, enable) -> bool:
         serve, sample = (int(flag) for flag in enable[:2])

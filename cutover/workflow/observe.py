@@ -6,15 +6,17 @@ a host whose clock is off cannot look alive or dead; an unreachable host's ranks
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 from checks.gates import RankObservation
 from cutover.config import Host, Settings
-from cutover.errors import HostError
-from cutover.hoststate import HostState, RankView
+from cutover.errors import CutoverError, HostError
+from cutover.hoststate import HostState, LockRecord, RankView
 from cutover.transport import open_transport
 from cutover.workflow.probes import ServerSample
 
@@ -64,6 +66,26 @@ class HostLink:
 
     def close(self) -> None:
         self.reset()
+
+
+@contextlib.contextmanager
+def locked_links(
+    hosts: list[Host], settings: Settings, operation: str, lock_ttl_s: float
+) -> Iterator[tuple[list[HostLink], dict[str, LockRecord]]]:
+    """A link per host, each holding the host lock for `operation` (taken in host order; the first refusal
+    raises). On exit every lock taken is released (one that cannot be is left to expire) and every link closed."""
+    links = [HostLink(host, settings) for host in hosts]
+    locks: dict[str, LockRecord] = {}
+    try:
+        for link in links:
+            locks[link.name] = link.call(lambda st: st.acquire_lock(operation, lock_ttl_s))
+        yield links, locks
+    finally:
+        for link in links:
+            if link.name in locks:
+                with contextlib.suppress(CutoverError):
+                    link.call(lambda st: st.release_lock(locks[link.name]))
+            link.close()
 
 
 @dataclass

@@ -20,9 +20,8 @@ import requests
 from checks.policy import Policy
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
-from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
-from cutover.workflow.observe import HostLink, trackers_from_ack, with_heartbeat_counters
+from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
@@ -123,17 +122,13 @@ def run_promote(
 ) -> list[HostPromotion]:
     """Promote `hosts` in order (canary first); raise GateFailedError at the first regression."""
     say = on_event or (lambda message: None)
-    links = [HostLink(host, settings) for host in hosts]
-    locks: dict[str, LockRecord] = {}
     lock_ttl = max(60.0, 4 * options.lease_ttl_s)  # renewed with the lease: a killed CLI frees hosts soon
+    with locked_links(hosts, settings, "promote", lock_ttl) as (links, locks):
 
-    def keep_locks() -> None:
-        for link in links:
-            link.call(lambda st: st.renew_lock(locks[link.name], lock_ttl))
+        def keep_locks() -> None:
+            for link in links:
+                link.call(lambda st: st.renew_lock(locks[link.name], lock_ttl))
 
-    try:
-        for link in links:
-            locks[link.name] = link.call(lambda st: st.acquire_lock("promote", lock_ttl))
         plans = plan_promotion(links, options.force)
         results = []
         for link, plan in zip(links, plans):
@@ -143,12 +138,6 @@ def run_promote(
                 continue
             results.append(_promote_host(inventory, link, plan, settings, options, say, keep_locks))
         return results
-    finally:
-        for link in links:
-            if link.name in locks:
-                with contextlib.suppress(CutoverError):
-                    link.call(lambda st: st.release_lock(locks[link.name]))
-            link.close()
 
 
 def _promote_host(

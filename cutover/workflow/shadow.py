@@ -27,7 +27,9 @@ from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError
 from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
 from cutover.workflow.load import LoadDriver, LoadSpec
-from cutover.workflow.observe import HostLink, RankTracker, StatsTail, trackers_from_ack, with_heartbeat_counters
+from cutover.workflow.observe import (
+    HostLink, RankTracker, StatsTail, locked_links, trackers_from_ack, with_heartbeat_counters,
+)
 from cutover.workflow.probes import ServerSample, baseline, probe
 from cutover.workflow.report import ReportFiles, write_report
 from cutover.workflow.runstore import RunStore, run_meta
@@ -106,20 +108,10 @@ def run_shadow(
             hint="shadow longer, or pass a policy with a smaller min_duration_s "
             "(checks/policies/sandbox.yml for the sandbox)",
         )
-    links = [HostLink(host, settings) for host in hosts]
-    locks: dict[str, LockRecord] = {}
-    try:
-        for link in links:
-            locks[link.name] = link.call(lambda st: st.acquire_lock("shadow", options.lock_ttl_s))
+    with locked_links(hosts, settings, "shadow", options.lock_ttl_s) as (links, locks):
         release_id = _preflight(links)
         run = _ShadowRun(inventory, links, locks, settings, options, release_id, on_progress)
         return run.execute()
-    finally:
-        for link in links:
-            if link.name in locks:
-                with contextlib.suppress(CutoverError):
-                    link.call(lambda st: st.release_lock(locks[link.name]))
-            link.close()
 
 
 def _preflight(links: list[HostLink]) -> str:
