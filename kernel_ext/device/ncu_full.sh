@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ncu --set full on the main kernel for $SHAPES (carry kernel_ext/build); the key lines of each report.
+#   SHAPES="16 64 4 16384,8 8 16 65536" bash kernel_ext/device/ncu_full.sh   (shapes "H T batch prefix", comma-separated)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/.bundle/sglang"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-for shape in ${SHAPES:-"16 64 4 16384" "8 8 16 65536"}; do
+IFS=, read -ra shapes <<< "${SHAPES:-16 64 4 16384,8 8 16 65536}"
+for shape in "${shapes[@]}"; do
   tag=$(echo "$shape" | tr ' ' '_')
   timeout "${NCU_S:-150}" ncu --kernel-name "${KERNEL:-regex:verify_wgmma}" --launch-skip 1 --launch-count 1 --set full \
     --import-source yes -o "$OUT/ncu_$tag" python3 kernel_ext/device/profile_one.py $shape > "$OUT/ncu_$tag.log" 2>&1
