@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 
 import torch
 
@@ -28,20 +27,6 @@ SHAPES = [  # (heads, draft tokens T, batch, prefix)
     (8, 64, 32, 8192),
     (16, 64, 32, 16384),
 ]
-
-
-def _capture(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS_PER_GRAPH):
-            fn()
-    return graph
 
 
 def _time_us(graph, reps: int) -> float:
@@ -58,19 +43,10 @@ def _time_us(graph, reps: int) -> float:
     return statistics.median(samples)
 
 
-def _switch(runtime, paths, mode: str, generation: int) -> None:
-    from cutover.hostlayout import ControlRecord, atomic_write_text
-
-    atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
-                                                   lease_expires_at=time.time() + 3600).to_json())
-    runtime.control.poll_once()
-    if runtime.control.mode_active != mode:
-        raise RuntimeError(f"runtime did not switch to {mode}: {runtime.control.state.forced_reason}")
-
-
 def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     import kernel_ext
     from cutover.plugin.dispatch import verify_site
+    from cutover.plugin.graphs import capture, switch_mode
     from kernel_ext.testing import make_verify_batch
 
     heads, t, batch_size, prefix = shape
@@ -85,12 +61,13 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
             dispatcher(*args)
 
     row = {"heads": heads, "T": t, "batch": batch_size, "prefix": prefix}
-    row["stock_us"] = _time_us(_capture(lambda: stock(*args)), reps)
-    row["custom_bare_us"] = _time_us(_capture(lambda: kernel_ext.verify_attention(*args, workspace=workspace)), reps)
-    _switch(runtime, paths, "triton", next(generations))
-    graph = _capture(plugin_call)  # one capture serves every mode
+    row["stock_us"] = _time_us(capture(lambda: stock(*args), CALLS_PER_GRAPH), reps)
+    row["custom_bare_us"] = _time_us(capture(lambda: kernel_ext.verify_attention(*args, workspace=workspace),
+                                             CALLS_PER_GRAPH), reps)
+    switch_mode(runtime, paths, "triton", next(generations))
+    graph = capture(plugin_call, CALLS_PER_GRAPH)  # one capture serves every mode
     for mode in ("triton", "shadow", "custom"):
-        _switch(runtime, paths, mode, next(generations))
+        switch_mode(runtime, paths, mode, next(generations))
         row[f"plugin_{mode}_us"] = _time_us(graph, reps)
     row["idle_overhead_us"] = row["plugin_triton_us"] - row["stock_us"]
     row["custom_overhead_us"] = row["plugin_custom_us"] - row["custom_bare_us"]

@@ -17,6 +17,7 @@ import torch
 from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, nonfinite_custom
 from cutover.plugin.dispatch import verify_site
+from cutover.plugin.graphs import capture, switch_mode
 from kernel_ext.testing import make_verify_batch
 
 pytestmark = pytest.mark.gpu
@@ -47,13 +48,6 @@ def setup(tmp_path):
     runtime.control.stop(clean=True)
 
 
-def switch(paths, runtime, mode: str, generation: int) -> None:
-    atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
-                                                   lease_expires_at=time.time() + 600).to_json())
-    runtime.control.poll_once()
-    assert runtime.control.mode_active == mode
-
-
 def test_switching_modes_between_replays_of_one_captured_graph(setup):
     import kernel_ext
 
@@ -71,16 +65,8 @@ def test_switching_modes_between_replays_of_one_captured_graph(setup):
         with verify_site(LAYER):
             dispatcher(*args)
 
-    switch(paths, runtime, "triton", 1)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    switch_mode(runtime, paths, "triton", 1)
+    graph = capture(step)
     scratch = runtime.buffers.like("o", batch.o)
     gated = runtime.buffers.like("qo_indptr", batch.qo_indptr)
 
@@ -93,7 +79,7 @@ def test_switching_modes_between_replays_of_one_captured_graph(setup):
         return runtime.state.read_counters()[LAYER] - before
 
     for generation, mode in enumerate(("triton", "shadow", "custom", "triton"), start=2):
-        switch(paths, runtime, mode, generation)
+        switch_mode(runtime, paths, mode, generation)
         delta = replay()
         assert delta[CALLS] == 1, mode
         if mode == "triton":
