@@ -449,7 +449,7 @@ def splitk_extend_attention_fwd(*args, **kwargs) -> bool:
     tokens (1..64) for every request, every option off except skip_prefix_custom_mask=True.
     """
     a = _bind(_SPLITK_SIGNATURE, args, kwargs)
-    if unserved_feature(*(a[name] for name in _SERVED_INPUTS), a):
+    if _unserved_bound(a):
         return False
     result = splitk_verify_attention(*(a[name] for name in _VERIFY_INPUTS), a["sm_scale"], a["k_scale"],
                                      a["v_scale"], True, a["split_size"])
@@ -462,6 +462,15 @@ _SPLITK_SIGNATURE = SGLANG_SIGNATURE.replace(parameters=[
     inspect.Parameter("split_size", inspect.Parameter.KEYWORD_ONLY, default=256),
 ])
 splitk_extend_attention_fwd.__signature__ = _SPLITK_SIGNATURE
+
+
+def _unserved_bound(arguments: Mapping) -> str | None:
+    return unserved_feature(*(arguments[name] for name in _SERVED_INPUTS), arguments)
+
+
+def unserved_call(*args, **kwargs) -> str | None:
+    """``unserved_feature`` of a call with ``splitk_extend_attention_fwd``'s arguments (SGLang's + split_size)."""
+    return _unserved_bound(_bind(_SPLITK_SIGNATURE, args, kwargs))
 
 
 def _store_rows(o_extend, result, qo_indptr, rows_per_request):

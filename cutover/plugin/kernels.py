@@ -15,7 +15,6 @@ Both present one interface to the dispatcher:
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 
@@ -82,7 +81,7 @@ class ReferenceKernels:
     """The torch split-K reference as the custom kernel (machines without a GPU), same interface.
 
     There is no graph on the CPU, so ``custom`` may read ``enable`` on the host; when disabled it still answers
-    whether the call shape is served (kernel_ext.reference.unserved_feature), as the CUDA kernel does.
+    whether the call shape is served (kernel_ext.reference.unserved_call), as the CUDA kernel does.
     """
 
     label = REFERENCE_LABEL
@@ -91,16 +90,13 @@ class ReferenceKernels:
         from kernel_ext import reference
 
         self._splitk = reference.splitk_extend_attention_fwd
-        self._unserved = reference.unserved_feature
-        self._signature = inspect.signature(reference.splitk_extend_attention_fwd)
+        self._unserved = reference.unserved_call
 
     def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
         torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
     def served(self, args, kwargs) -> bool:
-        a = self._signature.bind(*args, **kwargs).arguments
-        return self._unserved(a["q_extend"], a["k_extend"], a["v_extend"], a["qo_indptr"], a["custom_mask"],
-                              a["max_len_extend"], a) is None
+        return self._unserved(*args, **kwargs) is None
 
     def custom(self, args, kwargs, o, scratch, enable) -> bool:
         serve, sample = (int(flag) for flag in enable[:2])

@@ -231,21 +231,11 @@ cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, in
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-template <class C>
-int launch_main(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
-  const dim3 grid(p.row_tiles, p.g);
-  CUTOVER_CUDA_CHECK(idx64 ? launch_dependent(verify_main_kernel<C, long long>, grid, C::THREADS, C::SMEM_BYTES, stream, k)
-                           : launch_dependent(verify_main_kernel<C, int>, grid, C::THREADS, C::SMEM_BYTES, stream, k),
-                     "launch of verify_main_kernel");
-  return CUTOVER_OK;
-}
-
-int launch_wgmma(const Plan& p, const KernelArgs& k, int idx64, cudaStream_t stream) {
-  const dim3 grid(p.row_tiles, p.g);
-  const int threads = WgmmaTiles::THREADS, smem = WgmmaTiles::SMEM_BYTES;
-  CUTOVER_CUDA_CHECK(idx64 ? launch_dependent(verify_wgmma_kernel<long long>, grid, threads, smem, stream, k)
-                           : launch_dependent(verify_wgmma_kernel<int>, grid, threads, smem, stream, k),
-                     "launch of verify_wgmma_kernel");
+// The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid, as a programmatic dependent.
+int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), const Plan& p, const KernelArgs& k,
+                int idx64, cudaStream_t stream) {
+  CUTOVER_CUDA_CHECK(launch_dependent(idx64 ? kernel64 : kernel32, dim3(p.row_tiles, p.g), p.threads, p.smem, stream, k),
+                     p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel");
   return CUTOVER_OK;
 }
 
@@ -336,8 +326,10 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   verify_plan_kernel<<<1, kPlanThreads, 0, stream>>>(k);
   CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_plan_kernel");
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
-  if (p.config == 3) rc = launch_wgmma(p, k, idx64, stream);
-  else rc = p.config == 1 ? launch_main<LargeTiles>(p, k, idx64, stream) : launch_main<SmallTiles>(p, k, idx64, stream);
+  if (p.config == 3) rc = launch_main(verify_wgmma_kernel<int>, verify_wgmma_kernel<long long>, p, k, idx64, stream);
+  else if (p.config == 1)
+    rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
+  else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
   const long long warps = (long long)a->batch * p.rcap * kCombineSlices;  // one warp per (request, row, slice)
   const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
