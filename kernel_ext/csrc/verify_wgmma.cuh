@@ -7,7 +7,7 @@
 //   O += P V       warpgroup w owns value dims 256w..256w+255 (wgmma m64n256k16, V read transposed from the
 //                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
-// next is gathered with cp.async (4 threads per row). The draft tail is one more tile whose K rows come from k_extend; its V rows
+// next is gathered with cp.async (8 threads per row). The draft tail is one more tile whose K rows come from k_extend; its V rows
 // (v_extend) replace the stage's first 512 dims after the scores are taken.
 #pragma once
 
@@ -36,18 +36,18 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, int
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
-// Gather one 64-dim-blocked row of PIECES 16-byte pieces into a 128B-swizzled tile, as one of the 4 threads of
-// that row (piece gq + 4k goes to column block k / 2). Invalid rows are zero-filled from `dummy` (never read).
-template <int PIECES>
-__device__ __forceinline__ void gather_row(uint32_t tile, int row, int gq, const __nv_bfloat16* src, bool valid,
+// Gather the first NB 64-dim column blocks of one row into a 128B-swizzled tile, as one of the 8 threads of that
+// row (16-byte piece q of every block). A warp's copy thus covers whole 128-byte lines of 4 rows, which an SM
+// gathers about 3x faster from L2 than the half lines of 4 threads per row (kernel_ext/device/gather_rate.cu).
+// Invalid rows are zero-filled from `dummy` (never read).
+template <int NB>
+__device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const __nv_bfloat16* src, bool valid,
                                            const __nv_bfloat16* dummy) {
-  const uint32_t line = tile + row * 128;
-  const uint32_t sw0 = (uint32_t)(gq ^ (row & 7)) << 4, sw1 = (uint32_t)((gq + 4) ^ (row & 7)) << 4;
-  const char* from = reinterpret_cast<const char*>(valid ? src + gq * 8 : dummy);
-  const int step = valid ? 64 : 0, bytes = valid ? 16 : 0;
+  const uint32_t line = tile + row * 128 + ((uint32_t)(q ^ (row & 7)) << 4);
+  const char* from = reinterpret_cast<const char*>(valid ? src + q * 8 : dummy);
+  const int step = valid ? 128 : 0, bytes = valid ? 16 : 0;
 #pragma unroll
-  for (int k = 0; k < PIECES / 4; ++k)
-    cp_async16_to(line + (k >> 1) * WgmmaTiles::BLOCK_BYTES + ((k & 1) ? sw1 : sw0), from + k * step, bytes);
+  for (int b = 0; b < NB; ++b) cp_async16_to(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes);
 }
 
 template <typename IdxT>
@@ -84,13 +84,15 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const int g = lane >> 2, cq = lane & 3;
   const int r_lo = warp * 16 + g;  // this thread's accumulator rows: r_lo and r_lo + 8
 
-  // Gather role of this thread: row gr of a 64-row tile, 16-byte pieces gq, gq + 4, gq + 8, ...
-  const int gr = tid >> 2, gq = tid & 3;
+  // Gather role of this thread: rows gr and gr + 32 of a 64-row tile, 16-byte piece gq of every column block.
+  const int gr = tid >> 3, gq = tid & 7;
+  constexpr int kBlocksK = kDimQK / 64, kBlocksV = kDimV / 64;
 
   // Q tile (rows past the request's last row are zero).
-  {
-    const int grow = row0 + gr, t = grow / H, h = grow - t * H;
-    gather_row<kRowChunks>(sQ, gr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int grow = row0 + gr + 32 * hr, t = grow / H, h = grow - t * H;
+    gather_row<kBlocksK>(sQ, gr + 32 * hr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
   }
 
   const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
@@ -103,11 +105,15 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   // Gather tile `it` into a stage: prefix rows by the ids in sIdx[it & 1], or the draft tokens' K rows.
   auto load_tile = [&](int it, int stage) {
     const uint32_t dst = sKV + stage * C::TILE_BYTES;
-    if (it >= n_tiles)
-      gather_row<kRowChunks>(dst, gr, gq, a.kx + (qo_start + gr) * a.skx, gr < ext, a.kx);
-    else
-      gather_row<kRowChunks>(dst, gr, gq, a.kv + (int64_t)sIdx[(it & 1) * C::N_TILE + gr] * a.skv,
-                             key_begin + it * C::N_TILE + gr < key_end, a.kv);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = gr + 32 * hr;
+      if (it >= n_tiles)
+        gather_row<kBlocksK>(dst, r, gq, a.kx + (qo_start + r) * a.skx, r < ext, a.kx);
+      else
+        gather_row<kBlocksK>(dst, r, gq, a.kv + (int64_t)sIdx[(it & 1) * C::N_TILE + r] * a.skv,
+                             key_begin + it * C::N_TILE + r < key_end, a.kv);
+    }
   };
 
   if (tid < C::N_TILE) {
@@ -199,7 +205,11 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     __syncthreads();  // both warpgroups' maxima visible; every S wgmma of this tile has completed
 
     if (tail) {  // the draft V rows replace the stage's first 512 dims (K dims no longer needed)
-      gather_row<kVChunks>(sK, gr, gq, a.vx + (qo_start + gr) * a.svx, gr < ext, a.vx);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = gr + 32 * hr;
+        gather_row<kBlocksV>(sK, r, gq, a.vx + (qo_start + r) * a.svx, r < ext, a.vx);
+      }
       cp_async_commit();
     }
 
