@@ -1,9 +1,9 @@
 // How fast one SM can gather 64 scattered KV rows (576 bf16 each) into a 128B-swizzled shared-memory tile, the
-// load the verify kernel does per 64-key tile: with cp.async from all 256 threads (4 per row, what the kernel does
-// today, or 8 per row) or with bulk tensor copies (TMA) of one 128-byte line each, issued by 1, 2 or 4 warps. One to
-// three tiles in flight;
-// every SM gathering distinct rows (served by HBM) or groups of 16 SMs gathering the same rows (mostly L2, as the
-// 16 row tiles of an H x T = 1024 split do). Nothing is computed: the gather alone is timed.
+// load the verify kernel does per 64-key tile: with cp.async from all 256 threads, 4 per row (the kernel up to v7)
+// or 8 per row (the kernel's gather_row since v13), or with bulk tensor copies (TMA) of one 128-byte line each,
+// issued by 1, 2 or 4 warps. One to three tiles in flight; every SM gathering distinct rows (served by HBM) or
+// groups of 16 SMs gathering the same rows (mostly L2, as the 16 row tiles of an H x T = 1024 split do). Nothing
+// is computed: the gather alone is timed.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernel_ext/csrc kernel_ext/device/gather_rate.cu
 //   ./a.out [json path]
 #include <cstdio>
@@ -13,8 +13,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "mma_primitives.cuh"
-#include "wgmma_primitives.cuh"
+#include "verify_wgmma.cuh"
 
 using namespace cutover;
 
@@ -59,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(const __grid_consta
   auto issue = [&](int t) {
     const uint32_t dst = tiles + (t % kStages) * kTileBytes;
     const int* tid_rows = my_ids + t * kRows;
-    if (mode == 0) {  // 4 threads per row, each 16 B of a half line per copy (the kernel's pattern)
+    if (mode == 0) {  // 4 threads per row, each 16 B of a half line per copy (the kernel's pattern up to v7)
       const int row = tid >> 2, gq = tid & 3;
       const uint32_t line = dst + row * 128;
       const uint32_t sw0 = (uint32_t)(gq ^ (row & 7)) << 4, sw1 = (uint32_t)((gq + 4) ^ (row & 7)) << 4;
@@ -69,15 +68,11 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(const __grid_consta
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(line + (k >> 1) * kBlockBytes + ((k & 1) ? sw1 : sw0)),
                      "l"(from + k * 64));
       cp_async_commit();
-    } else if (mode == 2) {  // 8 threads per row: a warp's copy covers whole 128-byte lines of 4 rows
+    } else if (mode == 2) {  // the kernel's gather (gather_row): 8 threads per row, whole 128-byte lines per warp
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = (tid >> 3) + 32 * half, q = tid & 7;
-        const uint32_t line = dst + row * 128 + ((uint32_t)(q ^ (row & 7)) << 4);
-        const char* from = reinterpret_cast<const char*>(pool + (long long)tid_rows[row] * kDim + q * 8);
-#pragma unroll
-        for (int b = 0; b < kBlocks; ++b)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(line + b * kBlockBytes), "l"(from + b * 128));
+        const int row = (tid >> 3) + 32 * half;
+        gather_row<kBlocks>(dst, row, tid & 7, pool + (long long)tid_rows[row] * kDim, true, pool);
       }
       cp_async_commit();
     } else if (tid < warps * 32) {
