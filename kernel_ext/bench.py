@@ -59,12 +59,12 @@ def measure_matmul_rate() -> float:
     return 2 * n ** 3 / (ms * 1e-3)
 
 
-def time_graph(fn, reps: int, calls: int = 1) -> float:
-    """Median milliseconds of one call: `calls` calls captured in a CUDA graph, replayed `reps` times."""
+def capture_graph(fn, calls: int) -> torch.cuda.CUDAGraph:
+    """`calls` calls of `fn` captured in a CUDA graph, after one warm-up call (JIT, kernel attributes)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        fn()  # warm-up: JIT, kernel attributes
+        fn()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -73,6 +73,12 @@ def time_graph(fn, reps: int, calls: int = 1) -> float:
             fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def time_graph(fn, reps: int, calls: int = 1) -> float:
+    """Median milliseconds of one call: `calls` calls captured in a CUDA graph, replayed `reps` times."""
+    graph = capture_graph(fn, calls)
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

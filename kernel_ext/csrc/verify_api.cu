@@ -114,7 +114,7 @@ struct Plan {
   int g;           // g_target + batch: upper bound of splits
   int rcap;        // rows per request = T*H
   int slots;       // partial slots = 2 * g_target
-  int64_t off_req, off_lse, off_o, bytes;
+  int64_t off_lse, off_o, bytes;
 };
 
 int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
@@ -152,8 +152,7 @@ int make_plan(int32_t batch, int32_t heads, int32_t max_extend, int32_t num_sms,
   if (p->g_target < 1) p->g_target = 1;
   p->g = p->g_target + batch;
   p->slots = 2 * p->g_target;
-  p->off_req = align256((int64_t)p->g * sizeof(int4));
-  p->off_lse = p->off_req + align256((int64_t)batch * sizeof(int2));
+  p->off_lse = align256((int64_t)batch * sizeof(int2));  // req[B] first
   p->off_o = p->off_lse + align256((int64_t)p->slots * p->rcap * sizeof(float));
   p->bytes = p->off_o + (int64_t)p->slots * p->rcap * kDimV * sizeof(float);
   return CUTOVER_OK;
@@ -231,11 +230,24 @@ cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, in
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-// The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid, as a programmatic dependent.
+// The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid: an ordinary launch, so
+// nothing of a call overlaps the kernel before it (e.g. the gate).
 int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), const Plan& p, const KernelArgs& k,
                 int idx64, cudaStream_t stream) {
-  CUTOVER_CUDA_CHECK(launch_dependent(idx64 ? kernel64 : kernel32, dim3(p.row_tiles, p.g), p.threads, p.smem, stream, k),
-                     p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel");
+  (idx64 ? kernel64 : kernel32)<<<dim3(p.row_tiles, p.g), p.threads, p.smem, stream>>>(k);
+  CUTOVER_CUDA_CHECK(cudaGetLastError(), p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel");
+  return CUTOVER_OK;
+}
+
+// The combine kernel with GROUPS split groups per warp (CombineLayout): one warp per (row, slice), at most
+// 8 blocks per SM, as a programmatic dependent of the main kernel.
+template <int GROUPS>
+int launch_combine(long long rows, int num_sms, const KernelArgs& k, cudaStream_t stream) {
+  const long long warps = rows * CombineLayout<GROUPS>::SLICES;
+  const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
+  const int blocks = (int)(wanted < 8LL * num_sms ? wanted : 8LL * num_sms);
+  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel<GROUPS>, dim3(blocks), kCombineThreads, 0, stream, k),
+                     "launch of verify_combine_kernel");
   return CUTOVER_OK;
 }
 
@@ -260,7 +272,7 @@ int cutover_check_device(int device) {
   CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
   if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
   cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, verify_plan_kernel);
+  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<1>);
   if (current != device) cudaSetDevice(current);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();
@@ -317,26 +329,20 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   k.k_scale_ptr = a->k_scale_ptr; k.v_scale_ptr = a->v_scale_ptr;
   k.enable = a->enable;
   char* ws = static_cast<char*>(a->workspace);
-  k.work = reinterpret_cast<int4*>(ws);
-  k.req = reinterpret_cast<int2*>(ws + p.off_req);
+  k.req = reinterpret_cast<int2*>(ws);
   k.part_lse = reinterpret_cast<float*>(ws + p.off_lse);
   k.part_o = reinterpret_cast<float*>(ws + p.off_o);
-  k.G = p.g; k.G_target = p.g_target; k.rcap = p.rcap;
+  k.G_target = p.g_target; k.rcap = p.rcap;
 
-  verify_plan_kernel<<<1, kPlanThreads, 0, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_plan_kernel");
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
   if (p.config == 3) rc = launch_main(verify_wgmma_kernel<int>, verify_wgmma_kernel<long long>, p, k, idx64, stream);
   else if (p.config == 1)
     rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
   else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
-  const long long warps = (long long)a->batch * p.rcap * kCombineSlices;  // one warp per (request, row, slice)
-  const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
-  const int combine_blocks = (int)(wanted < 8LL * a->num_sms ? wanted : 8LL * a->num_sms);
-  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel, dim3(combine_blocks), kCombineThreads, 0, stream, k),
-                     "launch of verify_combine_kernel");
-  return CUTOVER_OK;
+  const long long rows = (long long)a->batch * p.rcap;
+  if (rows >= kCombineManyRows) return launch_combine<1>(rows, a->num_sms, k, stream);
+  return launch_combine<4>(rows, a->num_sms, k, stream);
 }
 
 int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,

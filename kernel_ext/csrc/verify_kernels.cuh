@@ -7,7 +7,8 @@
 // fp32 (log2 domain). The CTA holding the last split of a request also attends to the draft tail (T keys
 // from k_extend/v_extend under the custom mask). A request served by one split writes o directly; otherwise
 // each split writes a normalised fp32 partial plus its log-sum-exp and the combine kernel merges them.
-// The plan (which CTA takes which key range) is computed on the device from kv_indptr: no host reads.
+// The plan (which CTA takes which key range) is computed on the device from kv_indptr, by each main-kernel CTA
+// at its start: no host reads, and no launch of its own.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,9 +25,7 @@ constexpr int kRowChunks = kDimQK * 2 / 16;  // 16-byte chunks per K row
 constexpr int kVChunks = kDimV * 2 / 16;     // 16-byte chunks per V row
 constexpr int kSplitAlign = 64;              // split boundaries fall on multiples of this many keys
 constexpr int kMinSplitKeys = 128;           // no split smaller than this (partials would cost more than keys)
-constexpr int kPlanThreads = 1024;
 constexpr int kCombineThreads = 256;
-constexpr int kCombineSlices = kDimV / 32;  // 32-dim slices of a row: one warp each
 constexpr int kSglangBlockM = 32;            // BLOCK_M of SGLang's kernel for 576/512 on sm_90 and sm_120
 
 struct KernelArgs {
@@ -55,11 +54,10 @@ struct KernelArgs {
   const float* v_scale_ptr;
   const int32_t* enable;
   // workspace
-  int4* work;      // [G] {request, key_begin, key_end, partial slot or -1}; request -1 = idle CTA
   int2* req;       // [B] {number of splits, first partial slot}
   float* part_lse; // [slots][rcap] log2-domain log-sum-exp of each partial row
   float* part_o;   // [slots][rcap][512] normalised partial outputs
-  int G, G_target, rcap;
+  int G_target, rcap;
 };
 
 // Where this call writes, decided on the device from the live-switch flags (so one captured launch serves
@@ -108,7 +106,7 @@ using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
 
 // ---------------------------------------------------------------------------------------------------------
 // Plan: split every request's prefix into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least
-// one split per request (the draft tail rides on the last). Writes work[0..G) and req[0..B). One CTA.
+// one split per request (the draft tail rides on the last); main-kernel CTA y takes work item y.
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
 // ---------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2* scratch /*[33]*/) {
@@ -167,15 +165,23 @@ __device__ __forceinline__ long long splits_of(long long P, long long chunk) {
   return n < 1 ? 1 : n;
 }
 
-__global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelArgs a) {
-  grid_dependency_release();  // the main kernel may launch now; it waits for this plan before reading it
-  if (output_choice(a) == kOutNone) return;
-  __shared__ long long s_sum[32];
-  __shared__ int2 s_scan[33];
+// Shared scratch of plan_work_item: reduction and scan slots, and the CTA's work item.
+struct PlanScratch {
+  long long sum[32];
+  int2 scan[33];
+  int4 item;
+};
+
+// The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call, as
+// {request, key_begin, key_end, partial slot or -1}, or request -1 for an idle CTA. The CTA at grid (0, 0) also
+// writes req[0..B) for the combine. Every thread of the CTA must call it; every thread gets the item.
+__device__ int4 plan_work_item(const KernelArgs& a, int c, PlanScratch* sh) {
   const int tid = threadIdx.x;
+  const bool writes_req = blockIdx.x == 0 && blockIdx.y == 0;
+  if (tid == 0) sh->item = make_int4(-1, 0, 0, -1);
   long long total = 0;
   for (int b = tid; b < a.B; b += blockDim.x) total += prefix_len(a, b);
-  total = block_reduce(total, false, s_sum);
+  total = block_reduce(total, false, sh->sum);
   // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
   // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
   long long chunk = round_up((total + a.G_target - 1) / a.G_target, kSplitAlign);
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
   for (int it = 0; it < 64; ++it) {
     long long cnt = 0;
     for (int b = tid; b < a.B; b += blockDim.x) cnt += splits_of(prefix_len(a, b), chunk);
-    cnt = block_reduce(cnt, false, s_sum);
+    cnt = block_reduce(cnt, false, sh->sum);
     if (cnt <= a.G_target || cnt == a.B || chunk >= 0x40000000LL) break;
     long long next = round_up(chunk * cnt / a.G_target, kSplitAlign);
     chunk = next > chunk ? next : chunk + kSplitAlign;
@@ -193,13 +199,15 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
     const long long P = prefix_len(a, b), n = splits_of(P, chunk), c = round_up((P + n - 1) / n, kSplitAlign);
     share = c > share ? c : share;
   }
-  share = block_reduce(share, true, s_sum);
+  share = block_reduce(share, true, sh->sum);
   chunk = share < chunk ? share : chunk;
   if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
   if (chunk > 0x40000000LL) chunk = 0x40000000LL;
 
+  // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
+  // slots [slot0, slot0 + n).
   int run_split = 0, run_slot = 0;
-  for (int base = 0; base < a.B; base += blockDim.x) {
+  for (int base = 0; base < a.B && (writes_req || run_split <= c); base += blockDim.x) {
     const int b = base + tid;
     long long P = 0;
     int n = 0;
@@ -208,28 +216,29 @@ __global__ void __launch_bounds__(kPlanThreads) verify_plan_kernel(const KernelA
       n = (int)splits_of(P, chunk);
     }
     int2 tot;
-    const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, s_scan);
+    const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, sh->scan);
     if (b < a.B) {
-      const int slot0 = n > 1 ? run_slot + off.y : -1;
-      a.req[b] = make_int2(n, slot0);
-      for (int k = 0; k < n; ++k) {
-        const int c = run_split + off.x + k;
-        if (c < a.G) {
-          const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-          a.work[c] = make_int4(b, (int)kb, (int)ke, n > 1 ? slot0 + k : -1);
-        }
+      const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
+      if (writes_req) a.req[b] = make_int2(n, slot0);
+      if (c >= first && c < first + n) {
+        const int k = c - first;
+        const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
+        sh->item = make_int4(b, (int)kb, (int)ke, n > 1 ? slot0 + k : -1);
       }
     }
     run_split += tot.x;
     run_slot += tot.y;
   }
-  for (int c = run_split + tid; c < a.G; c += blockDim.x) a.work[c] = make_int4(-1, 0, 0, -1);
+  __syncthreads();
+  const int4 item = sh->item;
+  __syncthreads();  // the scratch may be reused at once
+  return item;
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Main kernel. grid = (row tiles, G): the row tiles of one split run side by side, so a split's KV rows are
-// fetched from HBM once and re-read from L2 by the other row tiles. The main and combine kernels are launched
-// as programmatic dependents of the kernel before them (grid_dependency_wait at their start).
+// fetched from HBM once and re-read from L2 by the other row tiles. The main kernel is an ordinary launch; the
+// combine is its programmatic dependent (grid_dependency_wait at the combine's start).
 // ---------------------------------------------------------------------------------------------------------
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
@@ -244,8 +253,8 @@ struct SplitWork {
   float k_scale, v_scale;
 };
 
-__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, SplitWork& w) {
-  const int4 wk = a.work[blockIdx.y];
+__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, PlanScratch* scratch, SplitWork& w) {
+  const int4 wk = plan_work_item(a, blockIdx.y, scratch);
   const int b = wk.x;
   if (b < 0) return false;
   w.qo_start = load_index(a.qo_indptr, b, a.qo64);
@@ -282,8 +291,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
-  grid_dependency_wait();  // the plan (launched just before, programmatic dependency) has completed
-  grid_dependency_release();
+  grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
   if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
@@ -296,7 +304,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
   SplitWork w;
-  if (!decode_work(a, C::M_TILE, w)) return;
+  static_assert(sizeof(PlanScratch) <= C::M_TILE * C::P_LD * 2, "the plan's scratch lives in the P buffer");
+  if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;
@@ -618,21 +627,34 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Combine: for every row of every request served by more than one split, merge the partials by their
-// log-sum-exp. One warp per item (request, row, 32-dim slice), no block barriers, so many items are in flight
-// at once: lanes are 4 split groups (split i goes to group i % 4) x 8 float4 columns, reduced by shuffles.
+// log-sum-exp. One warp per item (request, row, slice of the 512 dims), no block barriers, so many items are in
+// flight at once: the lanes are GROUPS split groups (split i goes to group i % GROUPS) x 32 / GROUPS float4
+// columns, reduced by shuffles. Few rows (small batches, many splits each): 4 groups, 32-dim slices, so a row's
+// splits spread over many warps. Many rows (few splits each): 1 group, 128-dim slices, so each item carries 4x
+// the bytes through the same chain of dependent loads (request, log-sum-exps, partials).
 // ---------------------------------------------------------------------------------------------------------
+constexpr int kCombineManyRows = 1024;  // rows (batch x T x H) from which the 1-group layout is used
+
+template <int GROUPS>
+struct CombineLayout {
+  static constexpr int COLS = 32 / GROUPS;           // float4 columns per warp
+  static constexpr int SLICES = kDimV / (4 * COLS);  // warps per row
+};
+
+template <int GROUPS>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
+  using L = CombineLayout<GROUPS>;
   grid_dependency_wait();  // every split of the main kernel has written its partial
   const int choice = output_choice(a);
   if (choice == kOutNone) return;
   __nv_bfloat16* const out = choice == kOutAlt ? a.o_alt : a.o;
   const int64_t out_s0 = choice == kOutAlt ? a.sa0 : a.so0, out_s1 = choice == kOutAlt ? a.sa1 : a.so1;
-  const int lane = threadIdx.x & 31, sg = lane >> 3, col = lane & 7;
+  const int lane = threadIdx.x & 31, sg = lane / L::COLS, col = lane % L::COLS;
   const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-  const long long items = (long long)a.B * a.rcap * kCombineSlices;
+  const long long items = (long long)a.B * a.rcap * L::SLICES;
   for (long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); item < items; item += warps) {
-    const int slice = (int)(item % kCombineSlices);
-    const long long br = item / kCombineSlices;
+    const int slice = (int)(item % L::SLICES);
+    const long long br = item / L::SLICES;
     const int b = (int)(br / a.rcap), r = (int)(br - (long long)b * a.rcap);
     const int2 rq = a.req[b];
     const int n = rq.x;
@@ -642,15 +664,15 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
     if (r >= ext * a.H) continue;
     float m = -CUDART_INF_F;
-    for (int i = sg; i < n; i += 4) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    for (int i = sg; i < n; i += GROUPS) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+#pragma unroll
+    for (int d = L::COLS; d < 32; d <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
     const float m_use = m == -CUDART_INF_F ? 0.f : m;
-    const int f4 = slice * 8 + col;  // float4 index within the 512-dim row
+    const int f4 = slice * L::COLS + col;  // float4 index within the 512-dim row
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
 #pragma unroll 8
-    for (int i = sg; i < n; i += 4) {
+    for (int i = sg; i < n; i += GROUPS) {
       const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
       const float w = exp2f(a.part_lse[row] - m_use);
       const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[f4];
@@ -658,7 +680,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
 #pragma unroll
-    for (int d = 8; d <= 16; d <<= 1) {
+    for (int d = L::COLS; d < 32; d <<= 1) {
       wsum += __shfl_xor_sync(0xffffffffu, wsum, d);
       acc.x += __shfl_xor_sync(0xffffffffu, acc.x, d);
       acc.y += __shfl_xor_sync(0xffffffffu, acc.y, d);

@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(co
 template <typename IdxT>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   using C = WgmmaTiles;
-  grid_dependency_wait();  // the plan (launched just before, programmatic dependency) has completed
-  grid_dependency_release();
+  grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
   if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -75,7 +74,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
 
   SplitWork w;
-  if (!decode_work(a, C::M_TILE, w)) return;
+  static_assert(sizeof(PlanScratch) <= C::BLOCK_BYTES, "the plan's scratch lives in the P buffer");
+  if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;

@@ -5,7 +5,7 @@
 #   PARITY=tiny|quick|full   GPU parity (auto config; PARITY_CONFIG=N forces one); PARITY2=...: small tiles (config 2)
 #   SANITIZE=1         compute-sanitizer memcheck on the tiny subset
 #   GRID=quick|full|combine  benchmark: with Triton (LABEL=...), or ours only per config with BENCH_CONFIGS="3 1"
-#   NCU_SHAPE="H T B P"      ncu durations of the plan, main and combine kernels of one call
+#   NCU_SHAPE="H T B P"      ncu durations of the main and combine kernels of one call
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/.bundle/sglang"
 OUT="${OUT:-/tmp/out}"
@@ -35,7 +35,7 @@ for cfg in ${BENCH_CONFIGS:-}; do
   CUTOVER_KERNEL_TILES=$cfg timeout "${BENCH_S:-240}" python3 -m kernel_ext.bench --grid "${GRID:-quick}" --no-triton \
     --label "cfg$cfg" --out "$OUT/bench_cfg$cfg" 2>&1 | tail -${BENCH_TAIL:-12}
 done
-if [ -n "${NCU_SHAPE:-}" ]; then  # the second call's three kernels (the first sets kernel attributes)
-  timeout 60 ncu --launch-skip 3 --launch-count 3 --metrics gpu__time_duration.sum \
+if [ -n "${NCU_SHAPE:-}" ]; then  # the second call's two kernels (the first sets kernel attributes)
+  timeout 60 ncu --launch-skip 2 --launch-count 2 --metrics gpu__time_duration.sum \
     python3 kernel_ext/device/profile_one.py $NCU_SHAPE 2>&1 | grep -E "verify_|gpu__time" | tee "$OUT/ncu_durations.txt"
 fi
