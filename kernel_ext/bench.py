@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from kernel_ext import api
+from kernel_ext.cudagraph import capture_graph
 from kernel_ext.gpu_parity import load_sglang_triton
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
 from kernel_ext.testing import random_tree_parents, tree_tail_mask
@@ -59,26 +60,11 @@ def measure_matmul_rate() -> float:
     return 2 * n ** 3 / (ms * 1e-3)
 
 
-def capture_graph(fn, calls: int) -> torch.cuda.CUDAGraph:
-    """`calls` calls of `fn` captured in a CUDA graph, after one warm-up call (JIT, kernel attributes)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
 def time_graph(fn, reps: int, calls: int = 1) -> float:
     """Median milliseconds of one call: `calls` calls captured in a CUDA graph, replayed `reps` times."""
     graph = capture_graph(fn, calls)
+    graph.replay()
+    torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -46,7 +46,8 @@ def _time_us(graph, reps: int) -> float:
 def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     import kernel_ext
     from cutover.plugin.dispatch import verify_site
-    from cutover.plugin.graphs import capture, switch_mode
+    from cutover.plugin.graphs import switch_mode
+    from kernel_ext.cudagraph import capture_graph
     from kernel_ext.testing import make_verify_batch
 
     heads, t, batch_size, prefix = shape
@@ -61,11 +62,11 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
             dispatcher(*args)
 
     row = {"heads": heads, "T": t, "batch": batch_size, "prefix": prefix}
-    row["stock_us"] = _time_us(capture(lambda: stock(*args), CALLS_PER_GRAPH), reps)
-    row["custom_bare_us"] = _time_us(capture(lambda: kernel_ext.verify_attention(*args, workspace=workspace),
+    row["stock_us"] = _time_us(capture_graph(lambda: stock(*args), CALLS_PER_GRAPH), reps)
+    row["custom_bare_us"] = _time_us(capture_graph(lambda: kernel_ext.verify_attention(*args, workspace=workspace),
                                              CALLS_PER_GRAPH), reps)
     switch_mode(runtime, paths, "triton", next(generations))
-    graph = capture(plugin_call, CALLS_PER_GRAPH)  # one capture serves every mode
+    graph = capture_graph(plugin_call, CALLS_PER_GRAPH)  # one capture serves every mode
     for mode in ("triton", "shadow", "custom"):
         switch_mode(runtime, paths, mode, next(generations))
         row[f"plugin_{mode}_us"] = _time_us(graph, reps)

@@ -1,27 +1,10 @@
-"""CUDA-graph capture and a rank's local mode switch, shared by the plugin overhead benchmark and the GPU tests."""
+"""A rank's local mode switch, shared by the plugin overhead benchmark and the GPU tests."""
 
 from __future__ import annotations
 
 import time
 
-import torch
-
 from cutover.hostlayout import ControlRecord, atomic_write_text
-
-
-def capture(fn, calls: int = 1) -> torch.cuda.CUDAGraph:
-    """Run `fn` twice on a side stream (lazy initialisation stays out of the graph), then capture `calls` calls."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return graph
 
 
 def switch_mode(runtime, paths, mode: str, generation: int, lease_s: float = 3600.0) -> None:

@@ -19,6 +19,7 @@ import torch
 from cutover.plugin.hooks import around_backend_init, around_forward_extend, register_hooks
 from cutover.sandbox.backend import StandInBackend, StandInForwardBatch, StandInLayer, StandInModelRunner
 from cutover.sandbox.faults import FaultyKernels, parse_faults, read_fault_spec
+from kernel_ext.cudagraph import capture_graph
 
 log = logging.getLogger("cutover.sandbox")
 
@@ -147,16 +148,7 @@ class RankWorker:
             time.sleep(self.step_interval_s)
 
     def _capture(self, batch):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.step(batch)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.step(batch)
-        return graph, batch
+        return capture_graph(lambda: self.step(batch)), batch
 
 
 def run_rank(rank: int, device: str, layers: int, step_interval_s: float, state_dir: str, seed: int = 0) -> int:

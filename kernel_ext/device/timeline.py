@@ -18,7 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kernel_ext import api
-from kernel_ext.bench import Shape, capture_graph, rotating, time_graph
+from kernel_ext.bench import Shape, rotating, time_graph
+from kernel_ext.cudagraph import capture_graph
 
 DEFAULT_SHAPES = "8,8,1,1024 8,8,1,65536 8,8,4,65536 8,8,64,1024 16,64,1,1024 16,64,4,1024 16,32,4,16384"
 
@@ -80,6 +81,8 @@ def main() -> int:
         calls = min(shape.sets, 16)
         untraced_us = time_graph(fn, reps=20, calls=calls) * 1e3
         graph = capture_graph(fn, calls)
+        graph.replay()
+        torch.cuda.synchronize()
         row = {"shape": spec, "untraced_call_us": round(untraced_us, 2), **call_breakdown(kernel_events(graph, 5))}
         rows.append(row)
         del graph, shape

@@ -17,7 +17,8 @@ import torch
 from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, nonfinite_custom
 from cutover.plugin.dispatch import verify_site
-from cutover.plugin.graphs import capture, switch_mode
+from cutover.plugin.graphs import switch_mode
+from kernel_ext.cudagraph import capture_graph
 from kernel_ext.testing import make_verify_batch
 
 pytestmark = pytest.mark.gpu
@@ -66,7 +67,7 @@ def test_switching_modes_between_replays_of_one_captured_graph(setup):
             dispatcher(*args)
 
     switch_mode(runtime, paths, "triton", 1)
-    graph = capture(step)
+    graph = capture_graph(step)
     scratch = runtime.buffers.like("o", batch.o)
     gated = runtime.buffers.like("qo_indptr", batch.qo_indptr)
 
