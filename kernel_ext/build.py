@@ -93,10 +93,16 @@ def _abi_version_in_header() -> int:
     return int(match.group(1))
 
 
-def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None) -> Path:
-    """Compile csrc into out_dir/libcutover_verify.so and return its path (nothing is left behind on failure)."""
+def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, defines: tuple[str, ...] = ()) -> Path:
+    """Compile csrc into out_dir/libcutover_verify.so and return its path (nothing is left behind on failure).
+
+    `defines` are extra preprocessor macros for diagnostic builds (e.g. CUTOVER_PHASE_TIMES).
+    """
     if _abi_version_in_header() != ABI_VERSION:
         raise KernelBuildError("kernel_ext/build.py ABI_VERSION and csrc/cutover_verify.h disagree: update both")
+    bad = [name for name in defines if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name)]
+    if bad:
+        raise KernelBuildError(f"bad macro name(s) {bad}: expected upper-case identifiers such as CUTOVER_PHASE_TIMES")
     exe = _find_nvcc(nvcc)
     gencode, targets = _gencode_flags(tuple(archs))
     sources = [str(p) for p in source_files() if p.suffix == ".cu"]
@@ -106,7 +112,7 @@ def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None) -
         target = Path(tmp) / LIBRARY_NAME
         cmd = [exe, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
                "--expt-relaxed-constexpr", "-lineinfo", f'-DCUTOVER_TARGETS="{targets}"',
-               *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
+               *(f"-D{name}" for name in defines), *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()] or proc.stderr.splitlines()
@@ -121,9 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "build")
     parser.add_argument("--arch", action="append", help="target arch (repeatable); default sm_90a and sm_120")
     parser.add_argument("--nvcc", help=f"nvcc to use (default: ${NVCC_ENV}, then PATH)")
+    parser.add_argument("--define", action="append", default=[],
+                        help="preprocessor macro of a diagnostic build (repeatable), e.g. CUTOVER_PHASE_TIMES")
     args = parser.parse_args(argv)
     try:
-        path = build_library(args.out, tuple(args.arch or DEFAULT_ARCHS), args.nvcc)
+        path = build_library(args.out, tuple(args.arch or DEFAULT_ARCHS), args.nvcc, tuple(args.define))
     except KernelBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -388,4 +388,16 @@ int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_s
   return CUTOVER_OK;
 }
 
+#ifdef CUTOVER_PHASE_TIMES
+// Copies the phase marks (phase_clock.cuh: [2][kPhaseCtas][kPhaseSlots][2] uint64) to `host`, then zeroes them.
+// Only in a library built with --define CUTOVER_PHASE_TIMES (kernel_ext/device/phase_times.py).
+CUTOVER_API int cutover_debug_phase_times(void* host) {
+  CUTOVER_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  CUTOVER_CUDA_CHECK(cudaMemcpyFromSymbol(host, g_phase, sizeof(g_phase)), "cudaMemcpyFromSymbol");
+  static unsigned long long zeros[sizeof(g_phase) / sizeof(unsigned long long)];
+  CUTOVER_CUDA_CHECK(cudaMemcpyToSymbol(g_phase, zeros, sizeof(g_phase)), "cudaMemcpyToSymbol");
+  return CUTOVER_OK;
+}
+#endif
+
 }  // extern "C"

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "mma_primitives.cuh"
+#include "phase_clock.cuh"
 
 namespace cutover {
 
@@ -253,6 +254,20 @@ struct SplitWork {
   float k_scale, v_scale;
 };
 
+// Whether draft key j (0-based among the request's draft tokens) is visible to row `grow` (draft token grow / H),
+// as SGLang's tail sweep decides: keys past the draft tokens and rows past the request's last row see nothing;
+// otherwise the custom mask's tail columns, or causality.
+__device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const SplitWork& w, int grow, int j) {
+  if (j >= w.ext || grow >= w.rows_b) return false;
+  const int ti = grow / a.H;
+  if (a.mask != nullptr)
+    // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even under a custom
+    // mask (a tree mask has nothing above the diagonal, so this changes nothing).
+    return (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
+           a.mask[w.mask_start + (int64_t)ti * (w.P + w.ext) + w.P + j] != 0;
+  return !a.is_causal || j <= ti;
+}
+
 __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, PlanScratch* scratch, SplitWork& w) {
   const int4 wk = plan_work_item(a, blockIdx.y, scratch);
   const int b = wk.x;
@@ -306,7 +321,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   SplitWork w;
   static_assert(sizeof(PlanScratch) <= C::M_TILE * C::P_LD * 2, "the plan's scratch lives in the P buffer");
   if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
-  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
+  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
@@ -407,7 +422,6 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       for (int hf = 0; hf < 2; ++hf) {
         const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
         const int grow = row0 + lr;
-        const int ti = grow / H;  // draft token of this row
         float mx = -CUDART_INF_F;
 #pragma unroll
         for (int nt = 0; nt < C::NT_S; ++nt) {
@@ -415,16 +429,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
           for (int e = 0; e < 2; ++e) {
             const int lk = ws_n * C::S_COLS + nt * 8 + 2 * cq + e;
             bool vis = lk < nvalid;
-            if (tail && vis) {
-              const int j = tail_key0 + lk;
-              if (grow >= rows_b) vis = false;
-              else if (a.mask != nullptr)
-                // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
-                // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
-                vis = (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
-                      a.mask[w.mask_start + (int64_t)ti * (P + ext) + P + j] != 0;
-              else if (a.is_causal) vis = j <= ti;
-            }
+            if (tail && vis) vis = draft_key_visible(a, w, grow, tail_key0 + lk);
             const float v = vis ? s[mt][nt][hf * 2 + e] * scale_log2 : -CUDART_INF_F;
             s[mt][nt][hf * 2 + e] = v;
             mx = fmaxf(mx, v);
@@ -644,7 +649,9 @@ struct CombineLayout {
 template <int GROUPS>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
   using L = CombineLayout<GROUPS>;
+  phase_mark(kPhaseCombine, 0);
   grid_dependency_wait();  // every split of the main kernel has written its partial
+  phase_mark(kPhaseCombine, 1);
   const int choice = output_choice(a);
   if (choice == kOutNone) return;
   __nv_bfloat16* const out = choice == kOutAlt ? a.o_alt : a.o;
@@ -695,6 +702,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
           make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
     }
   }
+  phase_mark_last_warp(kPhaseCombine, 2);
 }
 
 // ---------------------------------------------------------------------------------------------------------

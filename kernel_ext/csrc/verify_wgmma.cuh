@@ -7,8 +7,10 @@
 //   O += P V       warpgroup w owns value dims 256w..256w+255 (wgmma m64n256k16, V read transposed from the
 //                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
-// next is gathered with cp.async (8 threads per row). The draft tail is one more tile whose K rows come from k_extend; its V rows
-// (v_extend) replace the stage's first 512 dims after the scores are taken.
+// next is gathered with cp.async (8 threads per row); at the start both stages are free, so tiles 0 and 1 are
+// gathered together with Q. The draft tail is one more tile whose K rows come from k_extend; its V rows
+// (v_extend) go to the other stage, free by then, while the tail's scores are computed; its visibility bits are
+// read from the mask with the first row ids, before the loop.
 #pragma once
 
 #include "verify_kernels.cuh"
@@ -50,6 +52,20 @@ __device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const 
   for (int b = 0; b < NB; ++b) cp_async16_to(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes);
 }
 
+// Which of this thread's 16 tail scores are visible: bit j * 4 + hf * 2 + e is row grow0 + 8 hf, draft key
+// lk0 + 8 j + e (the accumulator layout of m64n32).
+__device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (draft_key_visible(a, w, grow0 + hf * 8, lk0 + j * 8 + e)) bits |= 1u << (j * 4 + hf * 2 + e);
+  return bits;
+}
+
 template <typename IdxT>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a);
 
@@ -63,6 +79,7 @@ __global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(co
 template <typename IdxT>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   using C = WgmmaTiles;
+  phase_mark(kPhaseMain, 0);
   grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
   if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -76,7 +93,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   SplitWork w;
   static_assert(sizeof(PlanScratch) <= C::BLOCK_BYTES, "the plan's scratch lives in the P buffer");
   if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
-  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, P = w.P, H = a.H;
+  phase_mark(kPhaseMain, 1);
+  const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;
 
@@ -120,8 +138,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     sIdx[tid] = row_id(0, tid);
     sIdx[C::N_TILE + tid] = row_id(1, tid);
   }
+  const uint32_t tail_vis = w.does_tail ? tail_visibility(a, w, row0 + r_lo, wg * 32 + 2 * cq) : 0u;
   __syncthreads();
+  phase_mark(kPhaseMain, 2);
   if (n_iter > 0) load_tile(0, 0);
+  cp_async_commit();
+  if (n_iter > 1) load_tile(1, 1);
   cp_async_commit();
   int next_id = tid < C::N_TILE ? row_id(2, tid) : 0;  // ids of tile it + 2, stored once slot it & 1 is free
 
@@ -139,11 +161,14 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     const int stage = it & 1;
     const uint32_t sK = sKV + stage * C::TILE_BYTES;
     const bool tail = it >= n_tiles;
-    cp_async_wait<0>();
+    if (it == 0) cp_async_wait<1>();  // Q and tile 0 (tile 1 may still be in flight)
+    else cp_async_wait<0>();
     wgmma_wait<0>();  // P V of the previous tile
     fence_operands(acc);
     fence_proxy_async();
     __syncthreads();  // tile `it` visible to wgmma; the other stage, P and the maxima are free
+    if (it == 0) phase_mark(kPhaseMain, 3);
+    if (tail) phase_mark(kPhaseMain, 4);
 
     // S = Q K^T for this warpgroup's 32 keys (asynchronous), then the next tile's gather.
     float s[16];
@@ -155,7 +180,15 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       wgmma_m64n32k16_kk(s, desc_q + off, desc_k + off, kk > 0);
     }
     wgmma_commit();
-    if (it + 1 < n_iter) load_tile(it + 1, stage ^ 1);
+    if (tail) {  // the draft V rows to the other stage (its P V is done; no tile follows the tail)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = gr + 32 * hr;
+        gather_row<kBlocksV>(sKV + (stage ^ 1) * C::TILE_BYTES, r, gq, a.vx + (qo_start + r) * a.svx, r < ext, a.vx);
+      }
+    } else if (it > 0 && it + 1 < n_iter) {
+      load_tile(it + 1, stage ^ 1);
+    }
     cp_async_commit();
     if (tid < C::N_TILE) {
       sIdx[stage * C::N_TILE + tid] = next_id;
@@ -173,25 +206,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
     } else {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int grow = row0 + r_lo + hf * 8, ti = grow / H;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int lk = wg * 32 + j * 8 + 2 * cq + e;
-            bool vis = lk < ext && grow < rows_b;
-            if (vis && a.mask != nullptr)
-              // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even
-              // under a custom mask (a tree mask has nothing above the diagonal, so this changes nothing).
-              vis = (!a.is_causal || lk < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
-                    a.mask[w.mask_start + (int64_t)ti * (P + ext) + P + lk] != 0;
-            else if (vis && a.is_causal)
-              vis = lk <= ti;
-            s[j * 4 + hf * 2 + e] = vis ? s[j * 4 + hf * 2 + e] * tail_scale : -CUDART_INF_F;
-          }
-        }
-      }
+      for (int i = 0; i < 16; ++i) s[i] = (tail_vis >> i) & 1u ? s[i] * tail_scale : -CUDART_INF_F;
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -203,15 +218,6 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       if (cq == 0) sMax[wg * C::M_TILE + r_lo + hf * 8] = mx;
     }
     __syncthreads();  // both warpgroups' maxima visible; every S wgmma of this tile has completed
-
-    if (tail) {  // the draft V rows replace the stage's first 512 dims (K dims no longer needed)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = gr + 32 * hr;
-        gather_row<kBlocksV>(sK, r, gq, a.vx + (qo_start + r) * a.svx, r < ext, a.vx);
-      }
-      cp_async_commit();
-    }
 
     // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
     float alpha[2];
@@ -247,7 +253,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     // O += P V over this warpgroup's 256 value dims; completes during the next iteration's wait.
     fence_operands(acc);
     wgmma_fence();
-    const uint64_t desc_v = desc_mn_major(sK + wg * 4 * C::BLOCK_BYTES, C::BLOCK_BYTES);
+    const uint32_t sV = tail ? sKV + (stage ^ 1) * C::TILE_BYTES : sK;
+    const uint64_t desc_v = desc_mn_major(sV + wg * 4 * C::BLOCK_BYTES, C::BLOCK_BYTES);
 #pragma unroll
     for (int ks = 0; ks < C::N_TILE / 16; ++ks)
       wgmma_m64n256k16_kmn(acc, desc_p + (uint64_t)((ks * 32) >> 4), desc_v + (uint64_t)((ks * 2048) >> 4));
@@ -256,6 +263,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   wgmma_wait<0>();
   fence_operands(acc);
   cp_async_wait<0>();
+  phase_mark(kPhaseMain, 5);
   if (!w.does_tail) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] *= w.v_scale;
@@ -298,6 +306,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         a.part_lse[(int64_t)slot * a.rcap + grow] = l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F;
     }
   }
+  phase_mark(kPhaseMain, 6);
+  phase_facts(kPhaseMain, n_iter, w.does_tail, slot);
 }
 
 }  // namespace cutover

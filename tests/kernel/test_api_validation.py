@@ -6,6 +6,7 @@ can tell "declined" (False) from "checked and refused" (ValueError) without a GP
 """
 from __future__ import annotations
 
+import ctypes
 import re
 import subprocess
 import sys
@@ -100,6 +101,19 @@ def test_bad_arch_and_missing_nvcc_raise_build_errors(monkeypatch, tmp_path):
     with pytest.raises(build.KernelBuildError, match="does not exist: fix CUTOVER_NVCC or PATH"):
         build.nvcc_version()
     assert not list(tmp_path.iterdir())
+
+
+def test_bad_macro_name_is_refused_before_nvcc_runs(tmp_path):
+    with pytest.raises(build.KernelBuildError, match=r"bad macro name\(s\) \['bad-x'\]: expected upper-case"):
+        build.build_library(tmp_path, ("sm_90a",), defines=("bad-x",))
+    assert not list(tmp_path.iterdir())
+
+
+def test_phase_marks_exist_only_in_the_diagnostic_build(release, tmp_path):
+    """kernel_ext/device/phase_times.py reads the marks through an entry point that releases never carry."""
+    phase_lib = build.build_library(tmp_path, ("sm_90a",), defines=("CUTOVER_PHASE_TIMES",))
+    assert hasattr(ctypes.CDLL(str(phase_lib)), "cutover_debug_phase_times")
+    assert not hasattr(ctypes.CDLL(str(release / build.LIBRARY_NAME)), "cutover_debug_phase_times")
 
 
 def test_library_path_precedence(monkeypatch, tmp_path):

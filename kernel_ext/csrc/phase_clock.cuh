@@ -1,0 +1,58 @@
+// Optional phase timestamps of every CTA, for kernel_ext/device/phase_times.py. Compiled in only with
+// -DCUTOVER_PHASE_TIMES (python -m kernel_ext.build --define CUTOVER_PHASE_TIMES); otherwise phase_mark is empty.
+// Thread 0 of a CTA writes %globaltimer (ns) and clock64 (SM cycles) at each mark; the combine's end is the
+// latest of its warps.
+#pragma once
+
+#include <cstdint>
+
+namespace cutover {
+
+constexpr int kPhaseSlots = 8;     // marks per CTA
+constexpr int kPhaseCtas = 4096;   // CTAs recorded per kernel (main, combine)
+enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
+
+#ifdef CUTOVER_PHASE_TIMES
+// [kernel][cta][slot][0: globaltimer ns, 1: clock64]
+__device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void phase_mark(PhaseKernel kernel, int slot) {
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0 && cta < kPhaseCtas) {
+    g_phase[kernel][cta][slot][0] = global_ns();
+    g_phase[kernel][cta][slot][1] = clock64();
+  }
+}
+
+// The latest mark of any warp of the CTA (lane 0 of each warp).
+__device__ __forceinline__ void phase_mark_last_warp(PhaseKernel kernel, int slot) {
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if ((threadIdx.x & 31) == 0 && cta < kPhaseCtas) {
+    atomicMax(&g_phase[kernel][cta][slot][0], global_ns());
+    atomicMax(&g_phase[kernel][cta][slot][1], (unsigned long long)clock64());
+  }
+}
+
+// Facts of the CTA's work in the last slot: smid, then three caller-chosen ints.
+__device__ __forceinline__ void phase_facts(PhaseKernel kernel, int a, int b, int c) {
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0 && cta < kPhaseCtas) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    g_phase[kernel][cta][kPhaseSlots - 1][0] = ((unsigned long long)smid << 32) | (unsigned)a;
+    g_phase[kernel][cta][kPhaseSlots - 1][1] = ((unsigned long long)(unsigned)b << 32) | (unsigned)c;
+  }
+}
+#else
+__device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
+__device__ __forceinline__ void phase_mark_last_warp(PhaseKernel, int) {}
+__device__ __forceinline__ void phase_facts(PhaseKernel, int, int, int) {}
+#endif
+
+}  // namespace cutover
