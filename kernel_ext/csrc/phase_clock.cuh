@@ -13,7 +13,7 @@ constexpr int kPhaseCtas = 4096;   // CTAs recorded per kernel (main, combine)
 enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
 
 #ifdef CUTOVER_PHASE_TIMES
-// [kernel][cta][slot][0: globaltimer ns, 1: clock64]
+// [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot kPhaseSlots - 1 holds the CTA's iteration count
 __device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -22,37 +22,37 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__device__ __forceinline__ void phase_mark(PhaseKernel kernel, int slot) {
+// This CTA's row of g_phase, or nullptr past kPhaseCtas.
+__device__ __forceinline__ unsigned long long (*phase_row(PhaseKernel kernel))[2] {
   const int cta = blockIdx.y * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0 && cta < kPhaseCtas) {
-    g_phase[kernel][cta][slot][0] = global_ns();
-    g_phase[kernel][cta][slot][1] = clock64();
+  return cta < kPhaseCtas ? g_phase[kernel][cta] : nullptr;
+}
+
+__device__ __forceinline__ void phase_mark(PhaseKernel kernel, int slot) {
+  if (threadIdx.x != 0) return;
+  if (auto row = phase_row(kernel)) {
+    row[slot][0] = global_ns();
+    row[slot][1] = clock64();
   }
 }
 
 // The latest mark of any warp of the CTA (lane 0 of each warp).
 __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel kernel, int slot) {
-  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
-  if ((threadIdx.x & 31) == 0 && cta < kPhaseCtas) {
-    atomicMax(&g_phase[kernel][cta][slot][0], global_ns());
-    atomicMax(&g_phase[kernel][cta][slot][1], (unsigned long long)clock64());
+  if ((threadIdx.x & 31) != 0) return;
+  if (auto row = phase_row(kernel)) {
+    atomicMax(&row[slot][0], global_ns());
+    atomicMax(&row[slot][1], (unsigned long long)clock64());
   }
 }
 
-// Facts of the CTA's work in the last slot: smid, then three caller-chosen ints.
-__device__ __forceinline__ void phase_facts(PhaseKernel kernel, int a, int b, int c) {
-  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0 && cta < kPhaseCtas) {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    g_phase[kernel][cta][kPhaseSlots - 1][0] = ((unsigned long long)smid << 32) | (unsigned)a;
-    g_phase[kernel][cta][kPhaseSlots - 1][1] = ((unsigned long long)(unsigned)b << 32) | (unsigned)c;
-  }
+__device__ __forceinline__ void phase_iterations(PhaseKernel kernel, int n) {
+  if (threadIdx.x != 0) return;
+  if (auto row = phase_row(kernel)) row[kPhaseSlots - 1][0] = (unsigned long long)n;
 }
 #else
 __device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel, int) {}
-__device__ __forceinline__ void phase_facts(PhaseKernel, int, int, int) {}
+__device__ __forceinline__ void phase_iterations(PhaseKernel, int) {}
 #endif
 
 }  // namespace cutover

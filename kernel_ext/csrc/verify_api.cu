@@ -394,8 +394,9 @@ int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_s
 CUTOVER_API int cutover_debug_phase_times(void* host) {
   CUTOVER_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   CUTOVER_CUDA_CHECK(cudaMemcpyFromSymbol(host, g_phase, sizeof(g_phase)), "cudaMemcpyFromSymbol");
-  static unsigned long long zeros[sizeof(g_phase) / sizeof(unsigned long long)];
-  CUTOVER_CUDA_CHECK(cudaMemcpyToSymbol(g_phase, zeros, sizeof(g_phase)), "cudaMemcpyToSymbol");
+  void* marks = nullptr;
+  CUTOVER_CUDA_CHECK(cudaGetSymbolAddress(&marks, g_phase), "cudaGetSymbolAddress");
+  CUTOVER_CUDA_CHECK(cudaMemset(marks, 0, sizeof(g_phase)), "cudaMemset");
   return CUTOVER_OK;
 }
 #endif

@@ -307,7 +307,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     }
   }
   phase_mark(kPhaseMain, 6);
-  phase_facts(kPhaseMain, n_iter, w.does_tail, slot);
+  phase_iterations(kPhaseMain, n_iter);
 }
 
 }  // namespace cutover

@@ -6,7 +6,7 @@
 
 The library built with CUTOVER_PHASE_TIMES (csrc/phase_clock.cuh) has thread 0 of each wgmma main-kernel CTA
 write %globaltimer and clock64 at: entry, plan and request decoded, row ids of tiles 0-1 loaded, Q and tile 0
-landed, the draft tail's tile landed, loop done, partial written; each combine block at entry, after its wait
+landed, the draft tail's tile landed, loop done, partial written (and its iteration count); each combine block at entry, after its wait
 for the main kernel, and when its last warp ends. A shape is captured as in `kernel_ext.bench` (calls rotating
 through the index sets in one CUDA graph); the marks are those of the graph's last call. Phase durations come
 from clock64 at the SM clock implied by the CTAs' own cycle and nanosecond counts; times since the call's first
@@ -53,7 +53,6 @@ def one_call(marks: np.ndarray) -> dict:
     clocks = np.stack([m[:, 0, 1], m[:, 1, 1], m[:, 2, 1], m[:, 3, 1], tail, m[:, 5, 1], m[:, 6, 1]], axis=1)
     phases_us = np.diff(clocks, axis=1) / mhz
     crit = int(np.argmax(m[:, 6, 0]))
-    n_iter = (m[:, 7, 0] & 0xFFFFFFFF).astype(np.int64)
     cb = comb[comb[:, 2, 0] > 0]
     main_end = m[:, 6, 0].max()
     return {
@@ -62,7 +61,7 @@ def one_call(marks: np.ndarray) -> dict:
         "phase_median_us": dict(zip(MAIN_PHASES, np.median(phases_us, axis=0).round(2).tolist())),
         "crit_entry_us": float((m[crit, 0, 0] - t0) / 1e3),
         "crit_phase_us": dict(zip(MAIN_PHASES, phases_us[crit].round(2).tolist())),
-        "crit_iterations": int(n_iter[crit]),
+        "crit_iterations": int(m[crit, SLOTS - 1, 0]),
         "main_end_us": float((main_end - t0) / 1e3),
         "combine_blocks": int(len(cb)),
         "combine_wait_done_us": float((cb[:, 1, 0].min() - t0) / 1e3) if len(cb) else None,

@@ -34,7 +34,7 @@ def test_phases_of_the_critical_cta_and_the_combine(phase_times):
     for slot, us in enumerate([1, 4, 6, 7, 15, 17, 20]):
         _mark(marks, 1, slot, t0 + us * 1000)
     _mark(marks, 2, 0, t0 + 500)
-    marks[0, 1, 7] = (5, 0)  # n_iter 5 in the low word
+    marks[0, 1, 7] = (5, 0)  # its iteration count
     marks[1, 0, :3, 0] = (t0 + 2000, t0 + 20500, t0 + 23000)
     row = phase_times.one_call(marks)
     assert row["ctas"] == 2 and row["sm_mhz"] == pytest.approx(2000)
