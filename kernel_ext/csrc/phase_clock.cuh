@@ -1,19 +1,21 @@
 // Optional phase timestamps of every CTA, for kernel_ext/device/phase_times.py. Compiled in only with
 // -DCUTOVER_PHASE_TIMES (python -m kernel_ext.build --define CUTOVER_PHASE_TIMES); otherwise phase_mark is empty.
 // Thread 0 of a CTA writes %globaltimer (ns) and clock64 (SM cycles) at each mark; the combine's end is the
-// latest of its warps.
+// latest of its warps. Thread 0 of a main-kernel CTA also sums the cycles it spends at the top of each tile
+// (PhaseLoopWaits): in its copy wait, in its wait for the previous P V, and at the barrier after them.
 #pragma once
 
 #include <cstdint>
 
 namespace cutover {
 
-constexpr int kPhaseSlots = 8;     // marks per CTA
+constexpr int kPhaseSlots = 9;     // marks (0-6) and facts (7, 8) per CTA
 constexpr int kPhaseCtas = 4096;   // CTAs recorded per kernel (main, combine)
 enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
 
 #ifdef CUTOVER_PHASE_TIMES
-// [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot kPhaseSlots - 1 holds the CTA's iteration count
+// [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot 7 holds the CTA's iteration count and its loop-top
+// copy-wait cycles, slot 8 its loop-top P V-wait and barrier cycles
 __device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -47,12 +49,41 @@ __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel kernel, int slo
 
 __device__ __forceinline__ void phase_iterations(PhaseKernel kernel, int n) {
   if (threadIdx.x != 0) return;
-  if (auto row = phase_row(kernel)) row[kPhaseSlots - 1][0] = (unsigned long long)n;
+  if (auto row = phase_row(kernel)) row[7][0] = (unsigned long long)n;
 }
+
+struct PhaseLoopWaits {
+  long long t = 0, copies = 0, pv = 0, barrier = 0;
+  __device__ __forceinline__ void start() { t = clock64(); }
+  __device__ __forceinline__ void lap(long long& sum) {
+    const long long now = clock64();
+    sum += now - t;
+    t = now;
+  }
+  __device__ __forceinline__ void copies_done() { lap(copies); }
+  __device__ __forceinline__ void pv_done() { lap(pv); }
+  __device__ __forceinline__ void barrier_done() { lap(barrier); }
+  __device__ __forceinline__ void store(PhaseKernel kernel) const {
+    if (threadIdx.x != 0) return;
+    if (auto row = phase_row(kernel)) {
+      row[7][1] = (unsigned long long)copies;
+      row[8][0] = (unsigned long long)pv;
+      row[8][1] = (unsigned long long)barrier;
+    }
+  }
+};
 #else
 __device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_iterations(PhaseKernel, int) {}
+
+struct PhaseLoopWaits {
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void copies_done() {}
+  __device__ __forceinline__ void pv_done() {}
+  __device__ __forceinline__ void barrier_done() {}
+  __device__ __forceinline__ void store(PhaseKernel) const {}
+};
 #endif
 
 }  // namespace cutover

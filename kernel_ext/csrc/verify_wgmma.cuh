@@ -155,18 +155,23 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const float tail_scale = a.sm_scale * 1.4426950408889634f;
   const uint64_t desc_q = desc_k_major(sQ), desc_p = desc_k_major(sP);
 
+  PhaseLoopWaits waits;  // diagnostic builds only (phase_clock.cuh)
   // Per tile: S(it) runs on the tensor cores while the next tile's gather is issued; P V(it) is left running
   // into the next iteration's wait for its tile.
   for (int it = 0; it < n_iter; ++it) {
     const int stage = it & 1;
     const uint32_t sK = sKV + stage * C::TILE_BYTES;
     const bool tail = it >= n_tiles;
+    waits.start();
     if (it == 0) cp_async_wait<1>();  // Q and tile 0 (tile 1 may still be in flight)
     else cp_async_wait<0>();
+    waits.copies_done();
     wgmma_wait<0>();  // P V of the previous tile
     fence_operands(acc);
+    waits.pv_done();
     fence_proxy_async();
     __syncthreads();  // tile `it` visible to wgmma; the other stage, P and the maxima are free
+    waits.barrier_done();
     if (it == 0) phase_mark(kPhaseMain, 3);
     if (tail) phase_mark(kPhaseMain, 4);
 
@@ -308,6 +313,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   }
   phase_mark(kPhaseMain, 6);
   phase_iterations(kPhaseMain, n_iter);
+  waits.store(kPhaseMain);
 }
 
 }  // namespace cutover

@@ -7,7 +7,8 @@
 The library built with CUTOVER_PHASE_TIMES (csrc/phase_clock.cuh) has thread 0 of each wgmma main-kernel CTA
 write %globaltimer and clock64 at: entry, plan and request decoded, row ids of tiles 0-1 loaded, Q and tile 0
 landed, the draft tail's tile landed, loop done, partial written (and its iteration count); each combine block at entry, after its wait
-for the main kernel, and when its last warp ends. A shape is captured as in `kernel_ext.bench` (calls rotating
+for the main kernel, and when its last warp ends. Thread 0 also sums its cycles at the top of each tile: its copy
+wait, its wait for the previous tile's P V, and the barrier after them (a second table, in us per tile). A shape is captured as in `kernel_ext.bench` (calls rotating
 through the index sets in one CUDA graph); the marks are those of the graph's last call. Phase durations come
 from clock64 at the SM clock implied by the CTAs' own cycle and nanosecond counts; times since the call's first
 CTA entry come from %globaltimer. Medians over the replays; "crit" is the CTA that wrote its partial last.
@@ -29,8 +30,9 @@ from kernel_ext.bench import Shape, rotating
 from kernel_ext.cudagraph import capture_graph
 
 DEFAULT_SHAPES = "8,8,1,1024 8,8,1,65536 8,8,4,16384 8,8,16,4096 8,8,64,1024 16,64,1,1024 16,32,4,16384"
-SLOTS, CTAS = 8, 4096  # kPhaseSlots, kPhaseCtas of csrc/phase_clock.cuh
+SLOTS, CTAS = 9, 4096  # kPhaseSlots, kPhaseCtas of csrc/phase_clock.cuh
 MAIN_PHASES = ["plan+decode", "row ids", "Q+tile0", "prefix tiles", "tail tile", "epilogue"]
+TILE_WAITS = ["copy wait", "P V wait", "barrier"]  # cycles in slots 7 (second word) and 8, per tile
 
 
 def read_marks(lib) -> np.ndarray:
@@ -52,6 +54,8 @@ def one_call(marks: np.ndarray) -> dict:
     tail = np.where(m[:, 4, 1] > 0, m[:, 4, 1], m[:, 5, 1])
     clocks = np.stack([m[:, 0, 1], m[:, 1, 1], m[:, 2, 1], m[:, 3, 1], tail, m[:, 5, 1], m[:, 6, 1]], axis=1)
     phases_us = np.diff(clocks, axis=1) / mhz
+    iterations = np.maximum(m[:, 7, 0], 1)
+    waits_us = np.stack([m[:, 7, 1], m[:, 8, 0], m[:, 8, 1]], axis=1) / mhz / iterations[:, None]
     crit = int(np.argmax(m[:, 6, 0]))
     cb = comb[comb[:, 2, 0] > 0]
     main_end = m[:, 6, 0].max()
@@ -61,7 +65,9 @@ def one_call(marks: np.ndarray) -> dict:
         "phase_median_us": dict(zip(MAIN_PHASES, np.median(phases_us, axis=0).round(2).tolist())),
         "crit_entry_us": float((m[crit, 0, 0] - t0) / 1e3),
         "crit_phase_us": dict(zip(MAIN_PHASES, phases_us[crit].round(2).tolist())),
-        "crit_iterations": int(m[crit, SLOTS - 1, 0]),
+        "crit_iterations": int(m[crit, 7, 0]),
+        "tile_wait_median_us": dict(zip(TILE_WAITS, np.median(waits_us, axis=0).round(3).tolist())),
+        "crit_tile_wait_us": dict(zip(TILE_WAITS, waits_us[crit].round(3).tolist())),
         "main_end_us": float((main_end - t0) / 1e3),
         "combine_blocks": int(len(cb)),
         "combine_wait_done_us": float((cb[:, 1, 0].min() - t0) / 1e3) if len(cb) else None,
@@ -86,8 +92,9 @@ def measure(lib, spec: str, replays: int) -> dict:
            "entry_spread_us": med("entry_spread_us"), "crit_entry_us": med("crit_entry_us"),
            "main_end_us": med("main_end_us"), "crit_iterations": calls[0]["crit_iterations"],
            "combine_blocks": calls[0]["combine_blocks"]}
-    for key in ("phase_median_us", "crit_phase_us"):
-        row[key] = {p: round(statistics.median(c[key][p] for c in calls), 2) for p in MAIN_PHASES}
+    for key, names in (("phase_median_us", MAIN_PHASES), ("crit_phase_us", MAIN_PHASES),
+                       ("tile_wait_median_us", TILE_WAITS), ("crit_tile_wait_us", TILE_WAITS)):
+        row[key] = {p: round(statistics.median(c[key][p] for c in calls), 3) for p in names}
     if calls[0]["combine_end_us"] is not None:
         row["combine_wait_done_us"], row["combine_end_us"] = med("combine_wait_done_us"), med("combine_end_us")
     del graph, shape
@@ -116,6 +123,11 @@ def main() -> int:
         print(f"{r['shape']:<14}{r['ctas']:>5}{r['crit_iterations']:>6}{r['crit_entry_us']:>7.2f} {cells}"
               f"{r['main_end_us']:>9.2f}{r.get('combine_wait_done_us', float('nan')):>10.2f}"
               f"{r.get('combine_end_us', float('nan')):>9.2f}")
+    print("thread 0's time at the top of each tile, us per tile, critical CTA [median CTA]")
+    print(f"{'shape':<14}" + " ".join(f"{w:>17}" for w in TILE_WAITS))
+    for r in rows:
+        print(f"{r['shape']:<14}" + " ".join(
+            f"{r['crit_tile_wait_us'][w]:>7.3f} [{r['tile_wait_median_us'][w]:>6.3f}]" for w in TILE_WAITS))
     return 0
 
 
