@@ -2,15 +2,17 @@
 // the two matrix products on warpgroup MMA (wgmma) reading their operands straight from shared memory.
 //
 // A CTA (two warpgroups, 256 threads) owns 64 rows of one request and one key range, in 64-key tiles:
-//   S = Q K^T      warpgroup w computes the 64 x 32 scores of keys 32w..32w+31 (wgmma m64n32k16, 36 k-steps);
-//   softmax        row maxima meet in shared memory, P (bf16) goes to a 128B-swizzled 64 x 64 buffer;
+//   S = Q K^T      warpgroup 0 computes all 64 x 64 scores (wgmma m64n64k16, 36 k-steps: Q is read from shared
+//                  memory once, where two warpgroups of 32 keys each would both read it);
+//   softmax        in warpgroup 0's registers; P (bf16) goes to a 128B-swizzled 64 x 64 buffer and each row's
+//                  rescale factor to shared memory, for warpgroup 1's accumulators;
 //   O += P V       warpgroup w owns value dims 256w..256w+255 (wgmma m64n256k16, V read transposed from the
 //                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
-// next is gathered with cp.async (8 threads per row); at the start both stages are free, so tiles 0 and 1 are
-// gathered together with Q. The draft tail is one more tile whose K rows come from k_extend; its V rows
-// (v_extend) go to the other stage, free by then, while the tail's scores are computed; its visibility bits are
-// read from the mask with the first row ids, before the loop.
+// next is gathered with cp.async (8 threads per row, both warpgroups); at the start both stages are free, so
+// tiles 0 and 1 are gathered together with Q. The draft tail is one more tile whose K rows come from k_extend;
+// its V rows (v_extend) go to the other stage, free by then, while the tail's scores are computed; its
+// visibility bits are read from the mask with the first row ids, before the loop, half by each warpgroup.
 #pragma once
 
 #include "verify_kernels.cuh"
@@ -25,9 +27,9 @@ struct WgmmaTiles {
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_KV = OFF_Q + TILE_BYTES;                   // 2 stages
   static constexpr int OFF_P = OFF_KV + 2 * TILE_BYTES;               // 64 x 64 bf16
-  static constexpr int OFF_MAX = OFF_P + BLOCK_BYTES;                 // [2][64] per-warpgroup row maxima
-  static constexpr int OFF_L = OFF_MAX + 2 * M_TILE * 4;              // [2][64] per-warpgroup row sums
-  static constexpr int OFF_IDX = OFF_L + 2 * M_TILE * 4;              // [2][64] KV row ids of upcoming tiles
+  static constexpr int OFF_ALPHA = OFF_P + BLOCK_BYTES;               // [64] this tile's rescale factor per row
+  static constexpr int OFF_L = OFF_ALPHA + M_TILE * 4;                // [64] row sums
+  static constexpr int OFF_IDX = OFF_L + M_TILE * 4;                  // [2][64] KV row ids of upcoming tiles
   static constexpr int SMEM_USED = OFF_IDX + 2 * N_TILE * 4;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;                 // slack: the base is aligned up to 1024
   static_assert(kSplitAlign % N_TILE == 0, "split boundaries must fall on tile boundaries");
@@ -52,14 +54,15 @@ __device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const 
   for (int b = 0; b < NB; ++b) cp_async16_to(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes);
 }
 
-// Which of this thread's 16 tail scores are visible: bit j * 4 + hf * 2 + e is row grow0 + 8 hf, draft key
-// lk0 + 8 j + e (the accumulator layout of m64n32).
-__device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0) {
+// Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
+// grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread).
+__device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0,
+                                                    int j0) {
   uint32_t bits = 0;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = j0; j < j0 + 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         if (draft_key_visible(a, w, grow0 + hf * 8, lk0 + j * 8 + e)) bits |= 1u << (j * 4 + hf * 2 + e);
@@ -86,7 +89,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const uint32_t sQ = smem_u32(smem + C::OFF_Q), sKV = smem_u32(smem + C::OFF_KV);
   const uint32_t sP = smem_u32(smem + C::OFF_P);
-  float* sMax = reinterpret_cast<float*>(smem + C::OFF_MAX);
+  float* sAlpha = reinterpret_cast<float*>(smem + C::OFF_ALPHA);
   float* sL = reinterpret_cast<float*>(smem + C::OFF_L);
   int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
 
@@ -138,8 +141,14 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     sIdx[tid] = row_id(0, tid);
     sIdx[C::N_TILE + tid] = row_id(1, tid);
   }
-  const uint32_t tail_vis = w.does_tail ? tail_visibility(a, w, row0 + r_lo, wg * 32 + 2 * cq) : 0u;
+  // The draft tail's visibility bits for warpgroup 0's scores: each warpgroup reads the mask for half of the keys,
+  // and warpgroup 1 passes its half through the P buffer (free until the first softmax).
+  const bool scores = wg == 0;  // this warpgroup computes S and the softmax
+  uint32_t tail_vis = w.does_tail ? tail_visibility(a, w, row0 + r_lo, 2 * cq, wg * 4) : 0u;
+  uint32_t* const sVis = reinterpret_cast<uint32_t*>(smem + C::OFF_P);
+  if (w.does_tail && !scores) sVis[tid & 127] = tail_vis;
   __syncthreads();
+  if (w.does_tail && scores) tail_vis |= sVis[tid];
   phase_mark(kPhaseMain, 2);
   if (n_iter > 0) load_tile(0, 0);
   cp_async_commit();
@@ -157,7 +166,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 
   PhaseLoopWaits waits;  // diagnostic builds only (phase_clock.cuh)
   // Per tile: S(it) runs on the tensor cores while the next tile's gather is issued; P V(it) is left running
-  // into the next iteration's wait for its tile.
+  // into the next iteration's wait for its tile. Warpgroup 1 waits at the barrier before P V while warpgroup 0
+  // computes S and the softmax.
   for (int it = 0; it < n_iter; ++it) {
     const int stage = it & 1;
     const uint32_t sK = sKV + stage * C::TILE_BYTES;
@@ -170,21 +180,23 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     fence_operands(acc);
     waits.pv_done();
     fence_proxy_async();
-    __syncthreads();  // tile `it` visible to wgmma; the other stage, P and the maxima are free
+    __syncthreads();  // tile `it` visible to wgmma; the other stage, P and the factors are free
     waits.barrier_done();
     if (it == 0) phase_mark(kPhaseMain, 3);
     if (tail) phase_mark(kPhaseMain, 4);
 
-    // S = Q K^T for this warpgroup's 32 keys (asynchronous), then the next tile's gather.
-    float s[16];
-    wgmma_fence();
-    const uint64_t desc_k = desc_k_major(sK + wg * 32 * 128);
+    // S = Q K^T for the tile's 64 keys (asynchronous, warpgroup 0), then the next tile's gather.
+    float s[32];
+    if (scores) {
+      wgmma_fence();
+      const uint64_t desc_k = desc_k_major(sK);
 #pragma unroll
-    for (int kk = 0; kk < kDimQK / 16; ++kk) {
-      const uint64_t off = (uint64_t)(((kk >> 2) * C::BLOCK_BYTES + (kk & 3) * 32) >> 4);
-      wgmma_m64n32k16_kk(s, desc_q + off, desc_k + off, kk > 0);
+      for (int kk = 0; kk < kDimQK / 16; ++kk) {
+        const uint64_t off = (uint64_t)(((kk >> 2) * C::BLOCK_BYTES + (kk & 3) * 32) >> 4);
+        wgmma_m64n64k16_kk(s, desc_q + off, desc_k + off, kk > 0);
+      }
+      wgmma_commit();
     }
-    wgmma_commit();
     if (tail) {  // the draft V rows to the other stage (its P V is done; no tile follows the tail)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -199,50 +211,54 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       sIdx[stage * C::N_TILE + tid] = next_id;
       next_id = row_id(it + 3, tid);
     }
-    wgmma_wait<0>();
-    fence_operands(s);
-
-    // Scale (log2 domain), mask, row maxima of this warpgroup's keys.
-    if (!tail) {
-      const int lim = min(C::N_TILE, key_end - key_begin - it * C::N_TILE) - wg * 32 - 2 * cq;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s[i] = (tail_vis >> i) & 1u ? s[i] * tail_scale : -CUDART_INF_F;
-    }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = -CUDART_INF_F;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      if (cq == 0) sMax[wg * C::M_TILE + r_lo + hf * 8] = mx;
-    }
-    __syncthreads();  // both warpgroups' maxima visible; every S wgmma of this tile has completed
-
-    // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
     float alpha[2];
+    if (scores) {
+      wgmma_wait<0>();
+      fence_operands(s);
+
+      // Scale (log2 domain), mask, row maxima (each row's 64 scores lie in one quad).
+      if (!tail) {
+        const int lim = min(C::N_TILE, key_end - key_begin - it * C::N_TILE) - 2 * cq;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int lr = r_lo + hf * 8;
-      const float m_new = fmaxf(m_run[hf], fmaxf(sMax[lr], sMax[C::M_TILE + lr]));
-      const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
-      alpha[hf] = exp2f(m_run[hf] - m_use);
-      m_run[hf] = m_new;
-      float lsum = l_run[hf] * alpha[hf];
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float p0 = exp2f(s[j * 4 + hf * 2] - m_use), p1 = exp2f(s[j * 4 + hf * 2 + 1] - m_use);
-        lsum += p0 + p1;
-        *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, wg * 4 + j) + cq * 4) = pack_bf16x2(p0, p1);
+          for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = (tail_vis >> i) & 1u ? s[i] * tail_scale : -CUDART_INF_F;
       }
-      l_run[hf] = lsum;
-      // v_scale multiplies the prefix P V only (SGLang: acc += dot(p, v) * v_scale for pool values).
-      if (tail) alpha[hf] *= w.v_scale;
+      // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int lr = r_lo + hf * 8;
+        float mx = -CUDART_INF_F;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[hf], mx);
+        const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
+        alpha[hf] = exp2f(m_run[hf] - m_use);
+        m_run[hf] = m_new;
+        float lsum = l_run[hf] * alpha[hf];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float p0 = exp2f(s[j * 4 + hf * 2] - m_use), p1 = exp2f(s[j * 4 + hf * 2 + 1] - m_use);
+          lsum += p0 + p1;
+          *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, j) + cq * 4) = pack_bf16x2(p0, p1);
+        }
+        l_run[hf] = lsum;
+        // v_scale multiplies the prefix P V only (SGLang: acc += dot(p, v) * v_scale for pool values).
+        if (tail) alpha[hf] *= w.v_scale;
+        if (cq == 0) sAlpha[lr] = alpha[hf];
+      }
+    }
+    if (tail) cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // P, the factors (and the draft V rows) visible
+    if (!scores) {
+      alpha[0] = sAlpha[r_lo];
+      alpha[1] = sAlpha[r_lo + 8];
     }
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -251,9 +267,6 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
       }
     }
-    if (tail) cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // P (and the draft V rows) visible to wgmma
 
     // O += P V over this warpgroup's 256 value dims; completes during the next iteration's wait.
     fence_operands(acc);
@@ -274,13 +287,15 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     for (int i = 0; i < 128; ++i) acc[i] *= w.v_scale;
   }
 
-  // Row sums: across the quad, then across the two warpgroups.
+  // Row sums (warpgroup 0's): across the quad.
+  if (scores) {
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[hf];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (cq == 0) sL[wg * C::M_TILE + r_lo + hf * 8] = l;
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_run[hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (cq == 0) sL[r_lo + hf * 8] = l;
+    }
   }
   __syncthreads();
 
@@ -294,7 +309,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   for (int hf = 0; hf < 2; ++hf) {
     const int lr = r_lo + hf * 8, grow = row0 + lr;
     if (grow >= rows_b) continue;
-    const float l = sL[lr] + sL[C::M_TILE + lr];
+    const float l = sL[lr];
     const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
     if (slot < 0) {
       const int t = grow / H, h = grow - t * H;

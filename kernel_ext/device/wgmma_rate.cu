@@ -11,24 +11,11 @@
 
 using namespace cutover;
 
-// d[64 x 64] (+)= A * B, both K-major in shared memory.
-__device__ __forceinline__ void m64n64k16_ss(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-      "%28,%29,%30,%31}, %32, %33, 1, 1, 1, 0, 0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b));
-}
-
 enum Form { kS_n32, kS_n64, kPV_ss };
 struct FormInfo { const char* name; int n; int a_bytes, b_bytes; };
 constexpr FormInfo kForms[] = {
-    {"m64n32k16  A smem, B smem K-major  (S, today)", 32, 2048, 1024},
-    {"m64n64k16  A smem, B smem K-major  (S, one warpgroup per 64 keys)", 64, 2048, 2048},
+    {"m64n32k16  A smem, B smem K-major  (S up to v18: each warpgroup 32 keys)", 32, 2048, 1024},
+    {"m64n64k16  A smem, B smem K-major  (S since v24: one warpgroup, 64 keys)", 64, 2048, 2048},
     {"m64n256k16 A smem, B smem MN-major (P V, today)", 256, 2048, 8192},
 };
 constexpr int kIters = 2048, kBatch = 8;  // instructions per warpgroup; committed and waited in batches
@@ -53,7 +40,7 @@ __global__ void __launch_bounds__(256, 1) rate_kernel(int warpgroups, long long*
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
         if constexpr (FORM == kS_n32) wgmma_m64n32k16_kk(s32, da, db_k, 1);
-        else if constexpr (FORM == kS_n64) m64n64k16_ss(s64, da, db_k);
+        else if constexpr (FORM == kS_n64) wgmma_m64n64k16_kk(s64, da, db_k, 1);
         else wgmma_m64n256k16_kmn(o, da, db_mn);
       }
       wgmma_commit();
