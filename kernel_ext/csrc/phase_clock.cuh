@@ -1,8 +1,8 @@
 // Optional phase timestamps of every CTA, for kernel_ext/device/phase_times.py. Compiled in only with
 // -DCUTOVER_PHASE_TIMES (python -m kernel_ext.build --define CUTOVER_PHASE_TIMES); otherwise phase_mark is empty.
 // Thread 0 of a CTA writes %globaltimer (ns) and clock64 (SM cycles) at each mark; the combine's end is the
-// latest of its warps. Thread 0 of a main-kernel CTA also sums the cycles it spends at the top of each tile
-// (PhaseLoopWaits): in its copy wait, in its wait for the previous P V, and at the barrier after them.
+// latest of its warps. Thread 0 of a main-kernel CTA also counts its tiles and sums the cycles it spends at the
+// top of each (PhaseLoopWaits): in its copy wait, in its wait for the previous P V, and at the barrier after them.
 #pragma once
 
 #include <cstdint>
@@ -47,14 +47,12 @@ __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel kernel, int slo
   }
 }
 
-__device__ __forceinline__ void phase_iterations(PhaseKernel kernel, int n) {
-  if (threadIdx.x != 0) return;
-  if (auto row = phase_row(kernel)) row[7][0] = (unsigned long long)n;
-}
-
 struct PhaseLoopWaits {
-  long long t = 0, copies = 0, pv = 0, barrier = 0;
-  __device__ __forceinline__ void start() { t = clock64(); }
+  long long t = 0, tiles = 0, copies = 0, pv = 0, barrier = 0;
+  __device__ __forceinline__ void start() {
+    ++tiles;
+    t = clock64();
+  }
   __device__ __forceinline__ void lap(long long& sum) {
     const long long now = clock64();
     sum += now - t;
@@ -66,6 +64,7 @@ struct PhaseLoopWaits {
   __device__ __forceinline__ void store(PhaseKernel kernel) const {
     if (threadIdx.x != 0) return;
     if (auto row = phase_row(kernel)) {
+      row[7][0] = (unsigned long long)tiles;
       row[7][1] = (unsigned long long)copies;
       row[8][0] = (unsigned long long)pv;
       row[8][1] = (unsigned long long)barrier;
@@ -75,7 +74,6 @@ struct PhaseLoopWaits {
 #else
 __device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_mark_last_warp(PhaseKernel, int) {}
-__device__ __forceinline__ void phase_iterations(PhaseKernel, int) {}
 
 struct PhaseLoopWaits {
   __device__ __forceinline__ void start() {}

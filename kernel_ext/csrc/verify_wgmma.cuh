@@ -327,7 +327,6 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     }
   }
   phase_mark(kPhaseMain, 6);
-  phase_iterations(kPhaseMain, n_iter);
   waits.store(kPhaseMain);
 }
 

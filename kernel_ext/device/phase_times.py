@@ -6,12 +6,13 @@
 
 The library built with CUTOVER_PHASE_TIMES (csrc/phase_clock.cuh) has thread 0 of each wgmma main-kernel CTA
 write %globaltimer and clock64 at: entry, plan and request decoded, row ids of tiles 0-1 loaded, Q and tile 0
-landed, the draft tail's tile landed, loop done, partial written (and its iteration count); each combine block at entry, after its wait
-for the main kernel, and when its last warp ends. Thread 0 also sums its cycles at the top of each tile: its copy
-wait, its wait for the previous tile's P V, and the barrier after them (a second table, in us per tile). A shape is captured as in `kernel_ext.bench` (calls rotating
-through the index sets in one CUDA graph); the marks are those of the graph's last call. Phase durations come
-from clock64 at the SM clock implied by the CTAs' own cycle and nanosecond counts; times since the call's first
-CTA entry come from %globaltimer. Medians over the replays; "crit" is the CTA that wrote its partial last.
+landed, the draft tail's tile landed, loop done, partial written; each combine block at entry, after its wait for
+the main kernel, and when its last warp ends. Thread 0 also counts its tiles and sums its cycles at the top of
+each: its copy wait, its wait for the previous tile's P V, and the barrier after them (a second table, in us per
+tile). A shape is captured as in `kernel_ext.bench` (calls rotating through the index sets in one CUDA graph);
+the marks are those of the graph's last call. Phase durations come from clock64 at the SM clock implied by the
+CTAs' own cycle and nanosecond counts; times since the call's first CTA entry come from %globaltimer. Medians
+over the replays; "crit" is the CTA that wrote its partial last.
 """
 from __future__ import annotations
 
