@@ -26,6 +26,7 @@ constexpr int kRowChunks = kDimQK * 2 / 16;  // 16-byte chunks per K row
 constexpr int kVChunks = kDimV * 2 / 16;     // 16-byte chunks per V row
 constexpr int kSplitAlign = 64;              // split boundaries fall on multiples of this many keys
 constexpr int kMinSplitKeys = 128;           // no split smaller than this (partials would cost more than keys)
+constexpr int kTailKeys = 64;                // the plan counts a request's draft tail as this many keys (one tile)
 constexpr int kCombineThreads = 256;
 constexpr int kSglangBlockM = 32;            // BLOCK_M of SGLang's kernel for 576/512 on sm_90 and sm_120
 
@@ -106,8 +107,9 @@ using LargeTiles = TileConfig<64, 32, 3, 4, 2, 2, 4>;
 using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
 
 // ---------------------------------------------------------------------------------------------------------
-// Plan: split every request's prefix into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least
-// one split per request (the draft tail rides on the last); main-kernel CTA y takes work item y.
+// Plan: split every request's work (its prefix keys plus kTailKeys for the draft tail, which costs about one tile)
+// into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least one split per request; the last split
+// takes the draft tail and so that much less of the prefix (possibly none). Main-kernel CTA y takes work item y.
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
 // ---------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2* scratch /*[33]*/) {
@@ -139,10 +141,11 @@ __device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2*
 }
 
 // Block-wide sum (max when `take_max`) of one value per thread; every thread gets the result.
-__device__ __forceinline__ long long block_reduce(long long v, bool take_max, long long* scratch /*[32]*/) {
+template <typename T>
+__device__ __forceinline__ T block_reduce(T v, bool take_max, T* scratch /*[32]*/) {
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) {
-    const long long o = __shfl_xor_sync(0xffffffffu, v, d);
+    const T o = __shfl_xor_sync(0xffffffffu, v, d);
     v = take_max ? (o > v ? o : v) : v + o;
   }
   __syncthreads();
@@ -153,68 +156,80 @@ __device__ __forceinline__ long long block_reduce(long long v, bool take_max, lo
   return v;
 }
 
-__device__ __forceinline__ long long prefix_len(const KernelArgs& a, int b) {
-  const long long p = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
-  return p < 0 ? 0 : p;
+// Prefix keys of request b. The plan's per-request arithmetic is 32-bit (a 64-bit division is a long software
+// routine), as a work item's key range always was: prefixes below 2^31 keys, far beyond any KV pool.
+constexpr int kMaxChunk = 1 << 30;  // the largest split
+__device__ __forceinline__ int prefix_len(const KernelArgs& a, int b) {
+  const int64_t p = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
+  return p < 0 ? 0 : (int)p;
 }
 
-__device__ __forceinline__ long long round_up(long long x, long long m) { return (x + m - 1) / m * m; }
+__device__ __forceinline__ unsigned round_up(unsigned x, unsigned m) { return (x + m - 1) / m * m; }
 
-// Splits of request b for a given chunk: ceil(P_b / chunk), at least one (the draft tail needs a CTA).
-__device__ __forceinline__ long long splits_of(long long P, long long chunk) {
-  const long long n = (P + chunk - 1) / chunk;
-  return n < 1 ? 1 : n;
-}
+// Keys of work of request b: its prefix, and the draft tail counted as kTailKeys.
+__device__ __forceinline__ unsigned work_keys(const KernelArgs& a, int b) { return prefix_len(a, b) + kTailKeys; }
+
+// Splits of a request with `work` keys of work (> 0) for a given chunk.
+__device__ __forceinline__ unsigned splits_of(unsigned work, unsigned chunk) { return (work + chunk - 1) / chunk; }
+
+// A main-kernel CTA's share of the call: prefix keys [key_begin, key_end) of a request (-1: idle CTA), its
+// partial slot (-1: the request's only split, written to o directly), and whether it also takes the draft tail.
+struct WorkItem {
+  int request, key_begin, key_end, slot;
+  bool tail;
+};
 
 // Shared scratch of plan_work_item: reduction and scan slots, and the CTA's work item.
 struct PlanScratch {
   long long sum[32];
+  unsigned usum[32];
   int2 scan[33];
-  int4 item;
+  WorkItem item;
 };
 
-// The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call, as
-// {request, key_begin, key_end, partial slot or -1}, or request -1 for an idle CTA. The CTA at grid (0, 0) also
-// writes req[0..B) for the combine. Every thread of the CTA must call it; every thread gets the item.
-__device__ int4 plan_work_item(const KernelArgs& a, int c, PlanScratch* sh) {
+// The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call. The CTA
+// at grid (0, 0) also writes req[0..B) for the combine. Every thread of the CTA must call it; every thread gets
+// the item.
+__device__ WorkItem plan_work_item(const KernelArgs& a, int c, PlanScratch* sh) {
   const int tid = threadIdx.x;
   const bool writes_req = blockIdx.x == 0 && blockIdx.y == 0;
-  if (tid == 0) sh->item = make_int4(-1, 0, 0, -1);
+  if (tid == 0) sh->item = WorkItem{-1, 0, 0, -1, false};
   long long total = 0;
-  for (int b = tid; b < a.B; b += blockDim.x) total += prefix_len(a, b);
+  for (int b = tid; b < a.B; b += blockDim.x) total += work_keys(a, b);
   total = block_reduce(total, false, sh->sum);
   // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
   // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
-  long long chunk = round_up((total + a.G_target - 1) / a.G_target, kSplitAlign);
+  long long first_chunk = (total + a.G_target - 1) / a.G_target;
+  unsigned chunk = first_chunk > kMaxChunk ? kMaxChunk : round_up((unsigned)first_chunk, kSplitAlign);
   if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
   for (int it = 0; it < 64; ++it) {
-    long long cnt = 0;
-    for (int b = tid; b < a.B; b += blockDim.x) cnt += splits_of(prefix_len(a, b), chunk);
-    cnt = block_reduce(cnt, false, sh->sum);
-    if (cnt <= a.G_target || cnt == a.B || chunk >= 0x40000000LL) break;
-    long long next = round_up(chunk * cnt / a.G_target, kSplitAlign);
+    unsigned cnt = 0;
+    for (int b = tid; b < a.B; b += blockDim.x) cnt += splits_of(work_keys(a, b), chunk);
+    cnt = block_reduce(cnt, false, sh->usum);
+    if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
+    const long long grown = (long long)chunk * cnt / a.G_target;
+    const unsigned next = grown >= kMaxChunk ? kMaxChunk : round_up((unsigned)grown, kSplitAlign);
     chunk = next > chunk ? next : chunk + kSplitAlign;
   }
-  long long share = kSplitAlign;
+  unsigned share = kSplitAlign;
   for (int b = tid; b < a.B; b += blockDim.x) {
-    const long long P = prefix_len(a, b), n = splits_of(P, chunk), c = round_up((P + n - 1) / n, kSplitAlign);
+    const unsigned W = work_keys(a, b), n = splits_of(W, chunk), c = round_up((W + n - 1) / n, kSplitAlign);
     share = c > share ? c : share;
   }
-  share = block_reduce(share, true, sh->sum);
+  share = block_reduce(share, true, sh->usum);
   chunk = share < chunk ? share : chunk;
   if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
-  if (chunk > 0x40000000LL) chunk = 0x40000000LL;
+  if (chunk > kMaxChunk) chunk = kMaxChunk;
 
   // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
   // slots [slot0, slot0 + n).
   int run_split = 0, run_slot = 0;
   for (int base = 0; base < a.B && (writes_req || run_split <= c); base += blockDim.x) {
     const int b = base + tid;
-    long long P = 0;
-    int n = 0;
+    int P = 0, n = 0;
     if (b < a.B) {
       P = prefix_len(a, b);
-      n = (int)splits_of(P, chunk);
+      n = (int)splits_of(P + kTailKeys, chunk);
     }
     int2 tot;
     const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, sh->scan);
@@ -222,16 +237,17 @@ __device__ int4 plan_work_item(const KernelArgs& a, int c, PlanScratch* sh) {
       const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
       if (writes_req) a.req[b] = make_int2(n, slot0);
       if (c >= first && c < first + n) {
+        // Only the last split can start past the prefix (then it holds the draft tail alone).
         const int k = c - first;
         const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-        sh->item = make_int4(b, (int)kb, (int)ke, n > 1 ? slot0 + k : -1);
+        sh->item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, k == n - 1};
       }
     }
     run_split += tot.x;
     run_slot += tot.y;
   }
   __syncthreads();
-  const int4 item = sh->item;
+  const WorkItem item = sh->item;
   __syncthreads();  // the scratch may be reused at once
   return item;
 }
@@ -250,7 +266,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
 struct SplitWork {
   int ext, rows_b, row0, P, key_begin, key_end, slot;
   int64_t qo_start, kv_start, mask_start;
-  bool does_tail;  // the split ending the prefix also attends to the draft tail
+  bool does_tail;  // the request's last split also attends to the draft tail
   float k_scale, v_scale;
 };
 
@@ -269,8 +285,8 @@ __device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const Spl
 }
 
 __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, PlanScratch* scratch, SplitWork& w) {
-  const int4 wk = plan_work_item(a, blockIdx.y, scratch);
-  const int b = wk.x;
+  const WorkItem wk = plan_work_item(a, blockIdx.y, scratch);
+  const int b = wk.request;
   if (b < 0) return false;
   w.qo_start = load_index(a.qo_indptr, b, a.qo64);
   const int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - w.qo_start);
@@ -280,10 +296,10 @@ __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, Pla
   if (w.row0 >= w.rows_b) return false;
   w.kv_start = load_index(a.kv_indptr, b, a.kv64);
   w.P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - w.kv_start);
-  w.key_begin = wk.y;
-  w.key_end = wk.z;
-  w.slot = wk.w;
-  w.does_tail = w.key_end >= w.P;
+  w.key_begin = wk.key_begin;
+  w.key_end = wk.key_end;
+  w.slot = wk.slot;
+  w.does_tail = wk.tail;
   w.mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
   w.k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
   w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
