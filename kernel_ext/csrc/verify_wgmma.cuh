@@ -54,6 +54,14 @@ __device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const 
   for (int b = 0; b < NB; ++b) cp_async16_to(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes);
 }
 
+// 2^x on the MUFU unit alone. exp2f adds a range check and two multiplies per call so that results below 2^-126
+// come out as denormals; here they are 0, a difference of < 1e-37 in a softmax weight.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
 // grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread).
 __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0,
@@ -216,9 +224,14 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       wgmma_wait<0>();
       fence_operands(s);
 
-      // Scale (log2 domain), mask, row maxima (each row's 64 scores lie in one quad).
-      if (!tail) {
-        const int lim = min(C::N_TILE, key_end - key_begin - it * C::N_TILE) - 2 * cq;
+      // Scale (log2 domain), mask (only a split's last prefix tile can be partial), row maxima (each row's 64
+      // scores lie in one quad).
+      const int keys_left = key_end - key_begin - it * C::N_TILE;
+      if (!tail && keys_left >= C::N_TILE) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] *= prefix_scale;
+      } else if (!tail) {
+        const int lim = keys_left - 2 * cq;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -238,12 +251,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m_run[hf], mx);
         const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
-        alpha[hf] = exp2f(m_run[hf] - m_use);
+        alpha[hf] = exp2_ftz(m_run[hf] - m_use);
         m_run[hf] = m_new;
         float lsum = l_run[hf] * alpha[hf];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float p0 = exp2f(s[j * 4 + hf * 2] - m_use), p1 = exp2f(s[j * 4 + hf * 2 + 1] - m_use);
+          const float p0 = exp2_ftz(s[j * 4 + hf * 2] - m_use), p1 = exp2_ftz(s[j * 4 + hf * 2 + 1] - m_use);
           lsum += p0 + p1;
           *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, j) + cq * 4) = pack_bf16x2(p0, p1);
         }
