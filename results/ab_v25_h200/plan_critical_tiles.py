@@ -1,46 +1,82 @@
-"""Critical tiles per CTA under the v24 plan and the v25 plan (a model of plan_work_item on 132 SMs, one CTA
-per SM), against the time ratio v25 / v24 measured in round 1; then the shapes whose critical CTA holds more
-tiles than an even spread of all tiles over the CTAs would give. Run from the repository root; output in
-plan_critical_tiles.txt. A CTA's tiles: its 64-key prefix tiles, plus 1 when it takes the draft tail."""
-import json, math, statistics as st
-def ru(x,m): return (x+m-1)//m*m
-def plan(Ps, G, tail_keys):
-    W=[p+tail_keys for p in Ps]
-    total=sum(W); chunk=max(ru(-(-total//G),64),128)
+"""Tiles of each shape's critical CTA under the v24 plan and the v25 plan, against the measured v25 / v24 times.
+
+A model of plan_work_item (kernel_ext/csrc/verify_kernels.cuh) on 132 SMs with one CTA per SM: v24 splits a
+request's prefix, v25 its prefix plus 64 keys for the draft tail. A CTA's tiles are its 64-key prefix tiles, plus
+one when it takes the draft tail. Prints the shapes whose critical CTA changed, the time ratios of round 1 grouped
+by that, then the shapes whose critical CTA holds more tiles than an even spread of all tiles would give.
+Run from the repository root; the committed output is plan_critical_tiles.txt.
+"""
+import json
+import statistics
+
+SMS, TILE, SPLIT_ALIGN, MIN_SPLIT = 132, 64, 64, 128
+HERE = "results/ab_v25_h200"
+
+
+def ceil_div(x: int, m: int) -> int:
+    return -(-x // m)
+
+
+def round_up(x: int, m: int) -> int:
+    return ceil_div(x, m) * m
+
+
+def plan(prefixes: list[int], g_target: int, tail_keys: int) -> tuple[int, int, int]:
+    """(tiles of the critical CTA, splits, chunk) for requests with these prefixes."""
+    work = [p + tail_keys for p in prefixes]
+    chunk = max(round_up(ceil_div(sum(work), g_target), SPLIT_ALIGN), MIN_SPLIT)
     for _ in range(64):
-        cnt=sum(-(-w//chunk) if w>0 else 1 for w in W)
-        if cnt<=G or cnt==len(Ps) or chunk>=1<<30: break
-        nxt=ru(chunk*cnt//G,64); chunk=nxt if nxt>chunk else chunk+64
-    share=64
-    for w in W:
-        n=max(1,-(-w//chunk)); share=max(share,ru(-(-w//n),64))
-    chunk=max(min(share,chunk),128)
-    crit=0; splits=0
-    for p,w in zip(Ps,W):
-        n=max(1,-(-w//chunk)); splits+=n
+        count = sum(max(1, ceil_div(w, chunk)) for w in work)
+        if count <= g_target or count == len(work) or chunk >= 1 << 30:
+            break
+        grown = round_up(chunk * count // g_target, SPLIT_ALIGN)
+        chunk = grown if grown > chunk else chunk + SPLIT_ALIGN
+    share = max([SPLIT_ALIGN] + [round_up(ceil_div(w, max(1, ceil_div(w, chunk))), SPLIT_ALIGN) for w in work])
+    chunk = max(min(share, chunk), MIN_SPLIT)
+    critical = splits = 0
+    for p, w in zip(prefixes, work):
+        n = max(1, ceil_div(w, chunk))
+        splits += n
         for k in range(n):
-            kb=min(k*chunk,p); ke=min(k*chunk+chunk,p)
-            tiles=-(-(ke-kb)//64)+(1 if k==n-1 else 0)
-            crit=max(crit,tiles)
-    return crit,splits,chunk
-def rows(p): return {(r['H'],r['T'],r['batch'],r['prefix'],r['mask']):r for r in json.load(open(p))['rows'] if r.get('ours_us')}
-a=rows('results/ab_v25_h200/r1_v24_bench.json'); c=rows('results/ab_v25_h200/r1_v25b_bench.json')
-same=[];fewer=[];more=[]
-for k in sorted(a):
-    H,T,B,P,_=k; rt=-(-H*T//64); G=max(1,132//rt)
-    o=plan([P]*B,G,0); n=plan([P]*B,G,64)
-    r=c[k]['ours_us']/a[k]['ours_us']
-    (same if n[0]==o[0] else fewer if n[0]<o[0] else more).append(r)
-    if k[4]=='tree' and n[0]!=o[0]: print(k[:4],'old',o,'new',n,round(r,3))
-for nm,l in (('same crit',same),('fewer',fewer),('more',more)):
-    if l: print(nm,len(l),round(st.median(l),3),round(min(l),3),round(max(l),3))
-print('--- gap to ideal')
-gaps=[]
-for k in sorted(a):
-    H,T,B,P,m=k
-    if m!='tree': continue
-    rt=-(-H*T//64); G=max(1,132//rt)
-    n=plan([P]*B,G,64)
-    tiles=B*(P//64+1)
-    ideal=max(-(-tiles//G), 1)
-    if n[0]>ideal: print(k[:4],'crit',n[0],'ideal',ideal,'G',G,'splits',n[1], round(c[k]['ours_us'],1))
+            prefix_keys = min(k * chunk + chunk, p) - min(k * chunk, p)
+            critical = max(critical, ceil_div(prefix_keys, TILE) + (k == n - 1))
+    return critical, splits, chunk
+
+
+def times(path: str) -> dict:
+    rows = json.load(open(path))["rows"]
+    return {(r["H"], r["T"], r["batch"], r["prefix"], r["mask"]): r["ours_us"] for r in rows if r.get("ours_us")}
+
+
+def g_target(heads: int, drafts: int) -> int:
+    return max(1, SMS // ceil_div(heads * drafts, 64))
+
+
+def main() -> None:
+    before, after = times(f"{HERE}/r1_v24_bench.json"), times(f"{HERE}/r1_v25b_bench.json")
+    groups = {"same crit": [], "fewer": [], "more": []}
+    for key in sorted(before):
+        heads, drafts, batch, prefix, mask = key
+        old = plan([prefix] * batch, g_target(heads, drafts), 0)
+        new = plan([prefix] * batch, g_target(heads, drafts), TILE)
+        ratio = after[key] / before[key]
+        groups["same crit" if new[0] == old[0] else "fewer" if new[0] < old[0] else "more"].append(ratio)
+        if mask == "tree" and new[0] != old[0]:
+            print(key[:4], "old", old, "new", new, round(ratio, 3))
+    for name, ratios in groups.items():
+        if ratios:
+            print(name, len(ratios), round(statistics.median(ratios), 3), round(min(ratios), 3), round(max(ratios), 3))
+    print("--- gap to ideal")
+    for key in sorted(before):
+        heads, drafts, batch, prefix, mask = key
+        if mask != "tree":
+            continue
+        g = g_target(heads, drafts)
+        critical, splits, _ = plan([prefix] * batch, g, TILE)
+        ideal = max(ceil_div(batch * (prefix // TILE + 1), g), 1)
+        if critical > ideal:
+            print(key[:4], "crit", critical, "ideal", ideal, "G", g, "splits", splits, round(after[key], 1))
+
+
+if __name__ == "__main__":
+    main()
