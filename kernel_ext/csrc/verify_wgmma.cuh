@@ -62,6 +62,10 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// How far (log2 units) a row's max may rise above its reference max before the reference moves: weights up to
+// 2^8 are exact in fp32 sums and lose nothing in bf16 (relative rounding does not depend on magnitude).
+constexpr float kRebaseLog2 = 8.f;
+
 // Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
 // grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread).
 __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0,
@@ -170,6 +174,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
   const float prefix_scale = a.sm_scale * w.k_scale * 1.4426950408889634f;
   const float tail_scale = a.sm_scale * 1.4426950408889634f;
+  const bool scale_positive = prefix_scale > 0.f;
   const uint64_t desc_q = desc_k_major(sQ), desc_p = desc_k_major(sP);
 
   PhaseLoopWaits waits;  // diagnostic builds only (phase_clock.cuh)
@@ -225,11 +230,16 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       fence_operands(s);
 
       // Scale (log2 domain), mask (only a split's last prefix tile can be partial), row maxima (each row's 64
-      // scores lie in one quad).
+      // scores lie in one quad). A full prefix tile under a positive scale keeps its raw scores: the scale then
+      // goes into the row max (the max of raw scores times a positive scale is the max of the scaled ones) and
+      // into each weight's exponent as one FFMA.
       const int keys_left = key_end - key_begin - it * C::N_TILE;
-      if (!tail && keys_left >= C::N_TILE) {
+      const bool full_tile = !tail && keys_left >= C::N_TILE;
+      const float s_scale = full_tile && scale_positive ? prefix_scale : 1.f;
+      if (full_tile && !scale_positive) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] *= prefix_scale;
+      } else if (full_tile) {
       } else if (!tail) {
         const int lim = keys_left - 2 * cq;
 #pragma unroll
@@ -248,15 +258,20 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[hf], mx);
-        const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
-        alpha[hf] = exp2_ftz(m_run[hf] - m_use);
-        m_run[hf] = m_new;
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)) * s_scale;
+        // On a prefix tile the reference max moves only when this tile's max exceeds it by more than
+        // kRebaseLog2 (or it is still -inf): the weights stay below 2^kRebaseLog2 and the accumulators are
+        // rescaled far less often. The tail tile moves it to the running max, as SGLang does.
+        const bool rebase = mx > m_run[hf] + (tail ? 0.f : kRebaseLog2);
+        const float m_ref = rebase ? mx : m_run[hf];
+        const float m_use = m_ref == -CUDART_INF_F ? 0.f : m_ref, neg_m = -m_use;
+        alpha[hf] = rebase ? exp2_ftz(m_run[hf] - m_use) : 1.f;
+        m_run[hf] = m_ref;
         float lsum = l_run[hf] * alpha[hf];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float p0 = exp2_ftz(s[j * 4 + hf * 2] - m_use), p1 = exp2_ftz(s[j * 4 + hf * 2 + 1] - m_use);
+          const float p0 = exp2_ftz(fmaf(s[j * 4 + hf * 2], s_scale, neg_m));
+          const float p1 = exp2_ftz(fmaf(s[j * 4 + hf * 2 + 1], s_scale, neg_m));
           lsum += p0 + p1;
           *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, j) + cq * 4) = pack_bf16x2(p0, p1);
         }
