@@ -62,8 +62,9 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// How far (log2 units) a row's max may rise above its reference max before the reference moves: weights up to
-// 2^8 are exact in fp32 sums and lose nothing in bf16 (relative rounding does not depend on magnitude).
+// How far (log2 units) a row's max may rise above its reference max before the reference moves. Weights up to 2^8
+// add up in fp32 as exactly as weights up to 1, and bf16 rounds them with the same relative precision; only the
+// largest weight is no longer exactly 1 (docs/kernel.md, "Rounding of the weights").
 constexpr float kRebaseLog2 = 8.f;
 
 // Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
