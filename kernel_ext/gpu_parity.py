@@ -106,6 +106,8 @@ def grid_cases(subset: str):
                            mask_dtype=torch.uint8, seed=1008)),
         (dict(H=8, T=8, batch=2, prefix=3000, mask="tree", index="int64", scales="0.7/1.3"),
          lambda: make_case(8, 8, 2, 3000, "tree", k_scale=0.7, v_scale=1.3, seed=1006)),
+        (dict(H=16, T=16, batch=3, prefix=2000, mask="tree", index="int32", scales="0.7/1.3"),
+         lambda: make_case(16, 16, 3, 2000, "tree", torch.int32, k_scale=0.7, v_scale=1.3, seed=1009)),
         (dict(H=8, T=8, batch=2, prefix=3000, mask="causal", index="int64", is_causal=False),
          lambda: make_case(8, 8, 2, 3000, "causal", is_causal=False, seed=1007)),
     ]

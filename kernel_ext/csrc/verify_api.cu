@@ -60,9 +60,9 @@ int prepare_main_kernel(int* blocks_per_sm) {
   return CUTOVER_OK;
 }
 
-template <typename IdxT>
+template <typename IdxT, int PARTS>
 int prepare_wgmma_kernel() {
-  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_wgmma_kernel<IdxT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_wgmma_kernel<IdxT, PARTS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           WgmmaTiles::SMEM_BYTES),
                      "cudaFuncSetAttribute(max dynamic shared memory, wgmma kernel)");
   return CUTOVER_OK;
@@ -92,8 +92,10 @@ int device_info(int device, const DeviceInfo** out) {
     CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                        "cudaDeviceGetAttribute(compute capability)");
     if (major == 9 && d.smem_optin >= WgmmaTiles::SMEM_BYTES) {
-      if ((rc = prepare_wgmma_kernel<int>()) != CUTOVER_OK) return rc;
-      if ((rc = prepare_wgmma_kernel<long long>()) != CUTOVER_OK) return rc;
+      if ((rc = prepare_wgmma_kernel<int, 1>()) != CUTOVER_OK) return rc;
+      if ((rc = prepare_wgmma_kernel<long long, 1>()) != CUTOVER_OK) return rc;
+      if ((rc = prepare_wgmma_kernel<int, 4>()) != CUTOVER_OK) return rc;
+      if ((rc = prepare_wgmma_kernel<long long, 4>()) != CUTOVER_OK) return rc;
       d.wgmma = true;
     }
     if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(current), "cudaSetDevice");
@@ -335,7 +337,13 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   k.G_target = p.g_target; k.rcap = p.rcap;
 
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
-  if (p.config == 3) rc = launch_main(verify_wgmma_kernel<int>, verify_wgmma_kernel<long long>, p, k, idx64, stream);
+  // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
+  // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
+  // 3-6 % slower; docs/perf.md, v30).
+  if (p.config == 3 && p.row_tiles > 1)
+    rc = launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, stream);
+  else if (p.config == 3)
+    rc = launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, stream);
   else if (p.config == 1)
     rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
   else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);

@@ -7,7 +7,8 @@
 //   softmax        in warpgroup 0's registers; P (bf16) goes to a 128B-swizzled 64 x 64 buffer and each row's
 //                  rescale factor to shared memory, for warpgroup 1's accumulators;
 //   O += P V       warpgroup w owns value dims 256w..256w+255 (wgmma m64n256k16, V read transposed from the
-//                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers.
+//                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers; with PARTS > 1
+//                  the k-steps of a part of the keys start as soon as that part of P is written.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
 // next is gathered with cp.async (8 threads per row, both warpgroups); at the start both stages are free, so
 // tiles 0 and 1 are gathered together with Q. The draft tail is one more tile whose K rows come from k_extend;
@@ -82,18 +83,21 @@ __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const S
   return bits;
 }
 
-template <typename IdxT>
+// PARTS: the parts of each tile's 64 keys whose P V is issued as soon as their weights are written (1 or 4; the
+// launch picks by the number of row tiles, verify_api.cu).
+template <typename IdxT, int PARTS>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a);
 
-template <typename IdxT>
+template <typename IdxT, int PARTS>
 __global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(const KernelArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verify_wgmma_body<IdxT>(a);
+  verify_wgmma_body<IdxT, PARTS>(a);
 #endif
 }
 
-template <typename IdxT>
+template <typename IdxT, int PARTS>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
+  static_assert(PARTS == 1 || PARTS == 2 || PARTS == 4, "a part is a whole number of 16-key P V k-steps");
   using C = WgmmaTiles;
   phase_mark(kPhaseMain, 0);
   grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
@@ -225,7 +229,41 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       sIdx[stage * C::N_TILE + tid] = next_id;
       next_id = row_id(it + 3, tid);
     }
-    float alpha[2];
+    // Softmax and P V in PARTS parts of the tile's keys: warpgroup 0 first takes the row maxima over all
+    // 64 keys (the reference max and the rescale factors), then writes P part by part; after each part both
+    // warpgroups issue the P V k-steps that read it, so the tensor cores multiply part q while warpgroup 0
+    // computes the weights of part q + 1. The warpgroups pass the same barriers from their own branches (a
+    // barrier counts warps): warpgroup 0 reads its scores only where it waited for them, as ptxas requires to
+    // keep the wgmma pipeline.
+    const uint32_t sV = tail ? sKV + (stage ^ 1) * C::TILE_BYTES : sK;
+    const uint64_t desc_v = desc_mn_major(sV + wg * 4 * C::BLOCK_BYTES, C::BLOCK_BYTES);
+    constexpr int kGroupsPerPart = 8 / PARTS;  // 8-key groups of P per part
+    float alpha[2] = {1.f, 1.f};  // this tile's rescale factors (warpgroup 1 reads them after the first part)
+    // This part of P (with the factors and the draft V rows) visible to both warpgroups' wgmma.
+    auto part_ready = [&](int part) {
+      if (part == 0 && tail) cp_async_wait<0>();
+      fence_proxy_async();
+      __syncthreads();
+    };
+    // O += P V over this part's keys and this warpgroup's 256 value dims (the first part rescales the
+    // accumulators first); the last part completes during the next iteration's wait. The accumulators are
+    // fenced once: between the parts' issues they belong to the tensor cores.
+    auto issue_pv = [&](int part) {
+      if (part == 0) {
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+            acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+          }
+        }
+        fence_operands(acc);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int ks = part * kGroupsPerPart / 2; ks < (part + 1) * kGroupsPerPart / 2; ++ks)
+        wgmma_m64n256k16_kmn(acc, desc_p + (uint64_t)((ks * 32) >> 4), desc_v + (uint64_t)((ks * 2048) >> 4));
+    };
     if (scores) {
       wgmma_wait<0>();
       fence_operands(s);
@@ -240,21 +278,20 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       if (full_tile && !scale_positive) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] *= prefix_scale;
-      } else if (full_tile) {
-      } else if (!tail) {
+      } else if (!full_tile && !tail) {
         const int lim = keys_left - 2 * cq;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
-      } else {
+      } else if (tail) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = (tail_vis >> i) & 1u ? s[i] * tail_scale : -CUDART_INF_F;
       }
-      // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+      // Online softmax: new row max and rescale factor.
+      float neg_m[2], lsum[2];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int lr = r_lo + hf * 8;
         float mx = -CUDART_INF_F;
 #pragma unroll
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
@@ -265,47 +302,45 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         // rescaled far less often. The tail tile moves it to the running max, as SGLang does.
         const bool rebase = mx > m_run[hf] + (tail ? 0.f : kRebaseLog2);
         const float m_ref = rebase ? mx : m_run[hf];
-        const float m_use = m_ref == -CUDART_INF_F ? 0.f : m_ref, neg_m = -m_use;
-        alpha[hf] = rebase ? exp2_ftz(m_run[hf] - m_use) : 1.f;
+        neg_m[hf] = m_ref == -CUDART_INF_F ? 0.f : -m_ref;
+        alpha[hf] = rebase ? exp2_ftz(m_run[hf] + neg_m[hf]) : 1.f;
         m_run[hf] = m_ref;
-        float lsum = l_run[hf] * alpha[hf];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float p0 = exp2_ftz(fmaf(s[j * 4 + hf * 2], s_scale, neg_m));
-          const float p1 = exp2_ftz(fmaf(s[j * 4 + hf * 2 + 1], s_scale, neg_m));
-          lsum += p0 + p1;
-          *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(lr, j) + cq * 4) = pack_bf16x2(p0, p1);
-        }
-        l_run[hf] = lsum;
+        lsum[hf] = l_run[hf] * alpha[hf];
         // v_scale multiplies the prefix P V only (SGLang: acc += dot(p, v) * v_scale for pool values).
         if (tail) alpha[hf] *= w.v_scale;
-        if (cq == 0) sAlpha[lr] = alpha[hf];
+        if (cq == 0) sAlpha[r_lo + hf * 8] = alpha[hf];
       }
-    }
-    if (tail) cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // P, the factors (and the draft V rows) visible
-    if (!scores) {
-      alpha[0] = sAlpha[r_lo];
-      alpha[1] = sAlpha[r_lo + 8];
-    }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+      for (int part = 0; part < PARTS; ++part) {
+        // P (bf16, as SGLang's p.to(v.dtype)) of this part's keys into shared memory.
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int j = part * kGroupsPerPart; j < (part + 1) * kGroupsPerPart; ++j) {
+            const float p0 = exp2_ftz(fmaf(s[j * 4 + hf * 2], s_scale, neg_m[hf]));
+            const float p1 = exp2_ftz(fmaf(s[j * 4 + hf * 2 + 1], s_scale, neg_m[hf]));
+            lsum[hf] += p0 + p1;
+            *reinterpret_cast<uint32_t*>(smem + C::OFF_P + swizzle128(r_lo + hf * 8, j) + cq * 4) = pack_bf16x2(p0, p1);
+          }
+        }
+        part_ready(part);
+        issue_pv(part);
       }
-    }
-
-    // O += P V over this warpgroup's 256 value dims; completes during the next iteration's wait.
-    fence_operands(acc);
-    wgmma_fence();
-    const uint32_t sV = tail ? sKV + (stage ^ 1) * C::TILE_BYTES : sK;
-    const uint64_t desc_v = desc_mn_major(sV + wg * 4 * C::BLOCK_BYTES, C::BLOCK_BYTES);
+      wgmma_commit();
+      l_run[0] = lsum[0];
+      l_run[1] = lsum[1];
+    } else {
 #pragma unroll
-    for (int ks = 0; ks < C::N_TILE / 16; ++ks)
-      wgmma_m64n256k16_kmn(acc, desc_p + (uint64_t)((ks * 32) >> 4), desc_v + (uint64_t)((ks * 2048) >> 4));
-    wgmma_commit();
+      for (int part = 0; part < PARTS; ++part) {
+        part_ready(part);
+        if (part == 0) {
+          alpha[0] = sAlpha[r_lo];
+          alpha[1] = sAlpha[r_lo + 8];
+        }
+        issue_pv(part);
+      }
+      wgmma_commit();
+    }
   }
   wgmma_wait<0>();
   fence_operands(acc);
