@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cutover_verify.h"
+#include "warp_reduce.cuh"
 
 namespace cutover {
 
@@ -49,19 +50,6 @@ __device__ __forceinline__ bool has_nonfinite(const uint4 v) {
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
-
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-  return v;
-}
 
 // The counters update of one call (one thread of the finishing block).
 __device__ void shadow_finalise(const ShadowArgs& a, bool serve, bool sample, double sum_dd, double sum_oo,

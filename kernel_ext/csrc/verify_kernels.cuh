@@ -17,6 +17,7 @@
 
 #include "mma_primitives.cuh"
 #include "phase_clock.cuh"
+#include "warp_reduce.cuh"
 
 namespace cutover {
 
@@ -111,49 +112,19 @@ using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
 // into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least one split per request; the last split
 // takes the draft tail and so that much less of the prefix (possibly none). Main-kernel CTA y takes work item y.
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
+// One warp computes it (lane l takes requests l, l + 32, ...): shuffles only, no block-wide barrier per step.
 // ---------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ int2 block_exclusive_scan2(int2 v, int2* total, int2* scratch /*[33]*/) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+// Exclusive prefix sums of v over the lanes of the warp; `total` gets the sums over all 32 lanes.
+__device__ __forceinline__ int2 warp_exclusive_scan2(int2 v, int2* total) {
+  const int lane = threadIdx.x & 31;
   int2 inc = v;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    int x = __shfl_up_sync(0xffffffffu, inc.x, d), y = __shfl_up_sync(0xffffffffu, inc.y, d);
+    const int x = __shfl_up_sync(kFullWarp, inc.x, d), y = __shfl_up_sync(kFullWarp, inc.y, d);
     if (lane >= d) { inc.x += x; inc.y += y; }
   }
-  if (lane == 31) scratch[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int2 w = lane < nwarps ? scratch[lane] : make_int2(0, 0);
-    int2 wi = w;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      int x = __shfl_up_sync(0xffffffffu, wi.x, d), y = __shfl_up_sync(0xffffffffu, wi.y, d);
-      if (lane >= d) { wi.x += x; wi.y += y; }
-    }
-    if (lane < nwarps) scratch[lane] = make_int2(wi.x - w.x, wi.y - w.y);
-    if (lane == nwarps - 1) scratch[32] = wi;
-  }
-  __syncthreads();
-  int2 base = scratch[warp];
-  *total = scratch[32];
-  __syncthreads();
-  return make_int2(base.x + inc.x - v.x, base.y + inc.y - v.y);
-}
-
-// Block-wide sum (max when `take_max`) of one value per thread; every thread gets the result.
-template <typename T>
-__device__ __forceinline__ T block_reduce(T v, bool take_max, T* scratch /*[32]*/) {
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) {
-    const T o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = take_max ? (o > v ? o : v) : v + o;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) v = take_max ? (scratch[w] > v ? scratch[w] : v) : v + scratch[w];
-  return v;
+  *total = make_int2(__shfl_sync(kFullWarp, inc.x, 31), __shfl_sync(kFullWarp, inc.y, 31));
+  return make_int2(inc.x - v.x, inc.y - v.y);
 }
 
 // Prefix keys of request b. The plan's per-request arithmetic is 32-bit (a 64-bit division is a long software
@@ -172,83 +143,96 @@ __device__ __forceinline__ unsigned work_keys(const KernelArgs& a, int b) { retu
 // Splits of a request with `work` keys of work (> 0) for a given chunk.
 __device__ __forceinline__ unsigned splits_of(unsigned work, unsigned chunk) { return (work + chunk - 1) / chunk; }
 
+// The index-tensor entries of request b that a CTA working on it needs.
+struct RequestIndices {
+  int64_t qo_start, qo_end, kv_start, kv_end, mask_start;
+};
+
+__device__ __forceinline__ RequestIndices request_indices(const KernelArgs& a, int b) {
+  return RequestIndices{load_index(a.qo_indptr, b, a.qo64), load_index(a.qo_indptr, b + 1, a.qo64),
+                        load_index(a.kv_indptr, b, a.kv64), load_index(a.kv_indptr, b + 1, a.kv64),
+                        a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0};
+}
+
 // A main-kernel CTA's share of the call: prefix keys [key_begin, key_end) of a request (-1: idle CTA), its
-// partial slot (-1: the request's only split, written to o directly), and whether it also takes the draft tail.
+// partial slot (-1: the request's only split, written to o directly), whether it also takes the draft tail, and
+// the request's index entries.
 struct WorkItem {
   int request, key_begin, key_end, slot;
   bool tail;
+  RequestIndices idx;
 };
 
-// Shared scratch of plan_work_item: reduction and scan slots, and the CTA's work item.
-struct PlanScratch {
-  long long sum[32];
-  unsigned usum[32];
-  int2 scan[33];
-  WorkItem item;
-};
-
-// The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call. The CTA
-// at grid (0, 0) also writes req[0..B) for the combine. Every thread of the CTA must call it; every thread gets
-// the item.
-__device__ WorkItem plan_work_item(const KernelArgs& a, int c, PlanScratch* sh) {
-  const int tid = threadIdx.x;
-  const bool writes_req = blockIdx.x == 0 && blockIdx.y == 0;
-  if (tid == 0) sh->item = WorkItem{-1, 0, 0, -1, false};
-  long long total = 0;
-  for (int b = tid; b < a.B; b += blockDim.x) total += work_keys(a, b);
-  total = block_reduce(total, false, sh->sum);
-  // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
-  // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
-  long long first_chunk = (total + a.G_target - 1) / a.G_target;
-  unsigned chunk = first_chunk > kMaxChunk ? kMaxChunk : round_up((unsigned)first_chunk, kSplitAlign);
-  if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
-  for (int it = 0; it < 64; ++it) {
-    unsigned cnt = 0;
-    for (int b = tid; b < a.B; b += blockDim.x) cnt += splits_of(work_keys(a, b), chunk);
-    cnt = block_reduce(cnt, false, sh->usum);
-    if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
-    const long long grown = (long long)chunk * cnt / a.G_target;
-    const unsigned next = grown >= kMaxChunk ? kMaxChunk : round_up((unsigned)grown, kSplitAlign);
-    chunk = next > chunk ? next : chunk + kSplitAlign;
-  }
-  unsigned share = kSplitAlign;
-  for (int b = tid; b < a.B; b += blockDim.x) {
-    const unsigned W = work_keys(a, b), n = splits_of(W, chunk), c = round_up((W + n - 1) / n, kSplitAlign);
-    share = c > share ? c : share;
-  }
-  share = block_reduce(share, true, sh->usum);
-  chunk = share < chunk ? share : chunk;
-  if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
-  if (chunk > kMaxChunk) chunk = kMaxChunk;
-
-  // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
-  // slots [slot0, slot0 + n).
-  int run_split = 0, run_slot = 0;
-  for (int base = 0; base < a.B && (writes_req || run_split <= c); base += blockDim.x) {
-    const int b = base + tid;
-    int P = 0, n = 0;
-    if (b < a.B) {
-      P = prefix_len(a, b);
-      n = (int)splits_of(P + kTailKeys, chunk);
+// The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call. Warp 0
+// computes it; the CTA at grid (0, 0) also writes req[0..B) for the combine. Every thread of the CTA must call
+// it; every thread gets the item (through `shared_item`, a slot of shared memory).
+__device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_item) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const bool writes_req = blockIdx.x == 0 && blockIdx.y == 0;
+    // Lane l's first request's indices, loaded with the first pass's prefix lengths (one round trip).
+    RequestIndices first_idx{};
+    if (lane < a.B) first_idx = request_indices(a, lane);
+    long long total = 0;
+    for (int b = lane; b < a.B; b += 32) total += work_keys(a, b);
+    total = warp_sum(total);
+    // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
+    // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
+    const long long first_chunk = (total + a.G_target - 1) / a.G_target;
+    unsigned chunk = first_chunk > kMaxChunk ? kMaxChunk : round_up((unsigned)first_chunk, kSplitAlign);
+    if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+    for (int it = 0; it < 64; ++it) {
+      unsigned cnt = 0;
+      for (int b = lane; b < a.B; b += 32) cnt += splits_of(work_keys(a, b), chunk);
+      cnt = warp_sum(cnt);
+      if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
+      const long long grown = (long long)chunk * cnt / a.G_target;
+      const unsigned next = grown >= kMaxChunk ? kMaxChunk : round_up((unsigned)grown, kSplitAlign);
+      chunk = next > chunk ? next : chunk + kSplitAlign;
     }
-    int2 tot;
-    const int2 off = block_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot, sh->scan);
-    if (b < a.B) {
-      const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
-      if (writes_req) a.req[b] = make_int2(n, slot0);
-      if (c >= first && c < first + n) {
-        // Only the last split can start past the prefix (then it holds the draft tail alone).
-        const int k = c - first;
-        const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-        sh->item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, k == n - 1};
+    unsigned share = kSplitAlign;
+    for (int b = lane; b < a.B; b += 32) {
+      const unsigned W = work_keys(a, b), n = splits_of(W, chunk), c = round_up((W + n - 1) / n, kSplitAlign);
+      share = c > share ? c : share;
+    }
+    share = warp_max(share);
+    chunk = share < chunk ? share : chunk;
+    if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+
+    // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
+    // slots [slot0, slot0 + n).
+    int run_split = 0, run_slot = 0;
+    bool found = false;
+    for (int base = 0; base < a.B && (writes_req || run_split <= c); base += 32) {
+      const int b = base + lane;
+      int P = 0, n = 0;
+      if (b < a.B) {
+        P = prefix_len(a, b);
+        n = (int)splits_of(P + kTailKeys, chunk);
       }
+      int2 tot;
+      const int2 off = warp_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot);
+      if (b < a.B) {
+        const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
+        if (writes_req) a.req[b] = make_int2(n, slot0);
+        if (c >= first && c < first + n) {
+          // Only the last split can start past the prefix (then it holds the draft tail alone).
+          const int k = c - first;
+          const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
+          *shared_item = WorkItem{b,           (int)(kb < P ? kb : P),
+                                  (int)ke,     n > 1 ? slot0 + k : -1,
+                                  k == n - 1, base == 0 ? first_idx : request_indices(a, b)};
+          found = true;
+        }
+      }
+      run_split += tot.x;
+      run_slot += tot.y;
     }
-    run_split += tot.x;
-    run_slot += tot.y;
+    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, false, {}};
   }
   __syncthreads();
-  const WorkItem item = sh->item;
-  __syncthreads();  // the scratch may be reused at once
+  const WorkItem item = *shared_item;
+  __syncthreads();  // the slot may be reused at once
   return item;
 }
 
@@ -284,25 +268,25 @@ __device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const Spl
   return !a.is_causal || j <= ti;
 }
 
-__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, PlanScratch* scratch, SplitWork& w) {
-  const WorkItem wk = plan_work_item(a, blockIdx.y, scratch);
-  const int b = wk.request;
-  if (b < 0) return false;
-  w.qo_start = load_index(a.qo_indptr, b, a.qo64);
-  const int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - w.qo_start);
+__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, WorkItem* shared_item, SplitWork& w) {
+  // The tensor scales are read before the plan, so their loads overlap it.
+  w.k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
+  w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  const WorkItem wk = plan_work_item(a, blockIdx.y, shared_item);
+  if (wk.request < 0) return false;
+  w.qo_start = wk.idx.qo_start;
+  const int ext = (int)(wk.idx.qo_end - wk.idx.qo_start);
   w.ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
   w.rows_b = w.ext * a.H;
   w.row0 = blockIdx.x * m_tile;
   if (w.row0 >= w.rows_b) return false;
-  w.kv_start = load_index(a.kv_indptr, b, a.kv64);
-  w.P = (int)(load_index(a.kv_indptr, b + 1, a.kv64) - w.kv_start);
+  w.kv_start = wk.idx.kv_start;
+  w.P = (int)(wk.idx.kv_end - wk.idx.kv_start);
   w.key_begin = wk.key_begin;
   w.key_end = wk.key_end;
   w.slot = wk.slot;
   w.does_tail = wk.tail;
-  w.mask_start = a.mask != nullptr ? load_index(a.mask_indptr, b, a.mi64) : 0;
-  w.k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
-  w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
+  w.mask_start = wk.idx.mask_start;
   return true;
 }
 
@@ -335,8 +319,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
   SplitWork w;
-  static_assert(sizeof(PlanScratch) <= C::M_TILE * C::P_LD * 2, "the plan's scratch lives in the P buffer");
-  if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
+  static_assert(sizeof(WorkItem) <= C::M_TILE * C::P_LD * 2, "the plan's work item lives in the P buffer");
+  if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;

@@ -111,8 +111,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
 
   SplitWork w;
-  static_assert(sizeof(PlanScratch) <= C::BLOCK_BYTES, "the plan's scratch lives in the P buffer");
-  if (!decode_work(a, C::M_TILE, reinterpret_cast<PlanScratch*>(smem + C::OFF_P), w)) return;
+  static_assert(sizeof(WorkItem) <= C::BLOCK_BYTES, "the plan's work item lives in the P buffer");
+  if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
   phase_mark(kPhaseMain, 1);
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
