@@ -192,8 +192,8 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     }
     unsigned share = kSplitAlign;
     for (int b = lane; b < a.B; b += 32) {
-      const unsigned W = work_keys(a, b), n = splits_of(W, chunk), c = round_up((W + n - 1) / n, kSplitAlign);
-      share = c > share ? c : share;
+      const unsigned W = work_keys(a, b), n = splits_of(W, chunk), even = round_up((W + n - 1) / n, kSplitAlign);
+      share = even > share ? even : share;
     }
     share = warp_max(share);
     chunk = share < chunk ? share : chunk;
