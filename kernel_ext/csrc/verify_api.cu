@@ -340,10 +340,10 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
   // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
   // 3-6 % slower; docs/perf.md, v30).
-  if (p.config == 3 && p.row_tiles > 1)
-    rc = launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, stream);
-  else if (p.config == 3)
-    rc = launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, stream);
+  if (p.config == 3)
+    rc = p.row_tiles > 1
+             ? launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, stream)
+             : launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, stream);
   else if (p.config == 1)
     rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
   else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);

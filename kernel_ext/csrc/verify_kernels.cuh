@@ -219,9 +219,8 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
           // Only the last split can start past the prefix (then it holds the draft tail alone).
           const int k = c - first;
           const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-          *shared_item = WorkItem{b,           (int)(kb < P ? kb : P),
-                                  (int)ke,     n > 1 ? slot0 + k : -1,
-                                  k == n - 1, base == 0 ? first_idx : request_indices(a, b)};
+          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, k == n - 1,
+                                  base == 0 ? first_idx : request_indices(a, b)};
           found = true;
         }
       }
@@ -435,8 +434,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
             mx = fmaxf(mx, v);
           }
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, 2));
         if (cq == 0) sRed[ws_n * C::M_TILE + lr] = mx;
       }
     }
@@ -585,8 +584,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       float l = l_run[mt][hf];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      l += __shfl_xor_sync(kFullWarp, l, 1);
+      l += __shfl_xor_sync(kFullWarp, l, 2);
       const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
       if (cq == 0) {
         sLred[ws_n * C::M_TILE + lr] = l;
@@ -673,7 +672,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     float m = -CUDART_INF_F;
     for (int i = sg; i < n; i += GROUPS) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
 #pragma unroll
-    for (int d = L::COLS; d < 32; d <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    for (int d = L::COLS; d < 32; d <<= 1) m = fmaxf(m, __shfl_xor_sync(kFullWarp, m, d));
     const float m_use = m == -CUDART_INF_F ? 0.f : m;
     const int f4 = slice * L::COLS + col;  // float4 index within the 512-dim row
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -688,11 +687,11 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     }
 #pragma unroll
     for (int d = L::COLS; d < 32; d <<= 1) {
-      wsum += __shfl_xor_sync(0xffffffffu, wsum, d);
-      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, d);
-      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, d);
-      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, d);
-      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, d);
+      wsum += __shfl_xor_sync(kFullWarp, wsum, d);
+      acc.x += __shfl_xor_sync(kFullWarp, acc.x, d);
+      acc.y += __shfl_xor_sync(kFullWarp, acc.y, d);
+      acc.z += __shfl_xor_sync(kFullWarp, acc.z, d);
+      acc.w += __shfl_xor_sync(kFullWarp, acc.w, d);
     }
     if (sg == 0) {
       const float inv = wsum > 0.f ? 1.f / wsum : 0.f;

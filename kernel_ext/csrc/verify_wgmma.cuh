@@ -250,7 +250,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     // fenced once: between the parts' issues they belong to the tensor cores.
     auto issue_pv = [&](int part) {
       if (part == 0) {
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        if (__any_sync(kFullWarp, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
           for (int j = 0; j < 32; ++j) {
             acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
@@ -295,8 +295,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         float mx = -CUDART_INF_F;
 #pragma unroll
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)) * s_scale;
+        mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, 2)) * s_scale;
         // On a prefix tile the reference max moves only when this tile's max exceeds it by more than
         // kRebaseLog2 (or it is still -inf): the weights stay below 2^kRebaseLog2 and the accumulators are
         // rescaled far less often. The tail tile moves it to the running max, as SGLang does.
@@ -356,8 +356,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       float l = l_run[hf];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      l += __shfl_xor_sync(kFullWarp, l, 1);
+      l += __shfl_xor_sync(kFullWarp, l, 2);
       if (cq == 0) sL[r_lo + hf * 8] = l;
     }
   }
