@@ -155,8 +155,8 @@ int make_plan(int32_t batch, int32_t heads, int32_t max_extend, int32_t num_sms,
   p->g = p->g_target + batch;
   p->slots = 2 * p->g_target;
   p->off_lse = align256((int64_t)batch * sizeof(int2));  // req[B] first
-  p->off_o = p->off_lse + align256((int64_t)p->slots * p->rcap * sizeof(float));
-  p->bytes = p->off_o + (int64_t)p->slots * p->rcap * kDimV * sizeof(float);
+  p->off_o = p->off_lse + align256((int64_t)p->slots * p->rcap * sizeof(float2));
+  p->bytes = p->off_o + (int64_t)p->slots * p->rcap * kDimV * sizeof(__half);
   return CUTOVER_OK;
 }
 
@@ -274,7 +274,7 @@ int cutover_check_device(int device) {
   CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
   if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
   cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<1>);
+  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<kCombineGroupsManyRows>);
   if (current != device) cudaSetDevice(current);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();
@@ -332,8 +332,8 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   k.enable = a->enable;
   char* ws = static_cast<char*>(a->workspace);
   k.req = reinterpret_cast<int2*>(ws);
-  k.part_lse = reinterpret_cast<float*>(ws + p.off_lse);
-  k.part_o = reinterpret_cast<float*>(ws + p.off_o);
+  k.part_lse = reinterpret_cast<float2*>(ws + p.off_lse);
+  k.part_o = reinterpret_cast<__half*>(ws + p.off_o);
   k.G_target = p.g_target; k.rcap = p.rcap;
 
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
@@ -349,8 +349,8 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
   const long long rows = (long long)a->batch * p.rcap;
-  if (rows >= kCombineManyRows) return launch_combine<1>(rows, a->num_sms, k, stream);
-  return launch_combine<4>(rows, a->num_sms, k, stream);
+  if (rows >= kCombineManyRows) return launch_combine<kCombineGroupsManyRows>(rows, a->num_sms, k, stream);
+  return launch_combine<kCombineGroupsFewRows>(rows, a->num_sms, k, stream);
 }
 
 int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,

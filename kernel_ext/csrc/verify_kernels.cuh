@@ -6,12 +6,14 @@
 // shared memory (cp.async, STAGES deep), computes S = Q K^T and O += P V with mma.sync, online softmax in
 // fp32 (log2 domain). The CTA holding the last split of a request also attends to the draft tail (T keys
 // from k_extend/v_extend under the custom mask). A request served by one split writes o directly; otherwise
-// each split writes a normalised fp32 partial plus its log-sum-exp and the combine kernel merges them.
+// each split writes a normalised partial (fp16, scaled by a power of two per row: partial_exponent) plus its
+// log-sum-exp and the combine kernel merges them in fp32.
 // The plan (which CTA takes which key range) is computed on the device from kv_indptr, by each main-kernel CTA
 // at its start: no host reads, and no launch of its own.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math_constants.h>
 #include <stdint.h>
 
@@ -58,8 +60,8 @@ struct KernelArgs {
   const int32_t* enable;
   // workspace
   int2* req;       // [B] {number of splits, first partial slot}
-  float* part_lse; // [slots][rcap] log2-domain log-sum-exp of each partial row
-  float* part_o;   // [slots][rcap][512] normalised partial outputs
+  float2* part_lse; // [slots][rcap] {log2-domain log-sum-exp, e} of each partial row
+  __half* part_o;   // [slots][rcap][512] normalised partial outputs times 2^-e, fp16 (partial_exponent)
   int G_target, rcap;
 };
 
@@ -72,6 +74,39 @@ __device__ __forceinline__ int output_choice(const KernelArgs& a) {
   const volatile int32_t* flags = a.enable;
   if (flags[0] != 0) return kOutO;
   return a.o_alt != nullptr && flags[1] != 0 ? kOutAlt : kOutNone;
+}
+
+// Partials are stored in fp16, a row at a time scaled by a power of two 2^-e chosen from the row's largest |value|
+// so that it lands in [2^14, 2^15): no overflow, and 11 significant bits for every value down to 2^-28 of the
+// row's largest, against the 8 of the bf16 output they are merged into. A zero row (or one whose largest value is
+// not finite) is stored as is.
+__device__ __forceinline__ int partial_exponent(float row_max_abs) {
+  if (!(row_max_abs > 0.f) || row_max_abs == CUDART_INF_F) return 0;
+  const int e = ilogbf(row_max_abs) - 14;
+  return e < -100 ? -100 : e;
+}
+
+// 2^e for an integer e in [-126, 127], exactly.
+__device__ __forceinline__ float pow2i(int e) { return __int_as_float((e + 127) << 23); }
+
+// Stores one row of an fp16 partial from the mma accumulator layout, where lane cq of a quad holds values
+// 8 j + 2 cq and 8 j + 2 cq + 1 of the row's slice for j = 0 .. N - 1 (`pair(j)`, already scaled). Neighbouring
+// lanes swap one pair of each two j, so that every lane stores 4 consecutive values (8 bytes) and each quad's store
+// covers one whole 32-byte sector: stores of 4 bytes would write sectors by halves. `row` points at value 0 of
+// the slice, which must start on a sector; `lanes` are the lanes storing a row (whole quads).
+template <int N, typename Pair>
+__device__ __forceinline__ void store_partial_row(unsigned lanes, __half* row, int cq, Pair pair) {
+  static_assert(N % 2 == 0, "values come in pairs of j");
+  const bool odd = cq & 1;
+  __half* const dst = row + 2 * cq + (odd ? 6 : 0);
+#pragma unroll
+  for (int j = 0; j < N; j += 2) {
+    const float2 a = pair(j), b = pair(j + 1);
+    const __half2 ha = __floats2half2_rn(a.x, a.y), hb = __floats2half2_rn(b.x, b.y);
+    const uint32_t mine_a = *reinterpret_cast<const uint32_t*>(&ha), mine_b = *reinterpret_cast<const uint32_t*>(&hb);
+    const uint32_t got = __shfl_xor_sync(lanes, odd ? mine_a : mine_b, 1);
+    *reinterpret_cast<uint2*>(dst + j * 8) = odd ? make_uint2(got, mine_b) : make_uint2(mine_a, got);
+  }
 }
 
 template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WO_M_, int WO_D_>
@@ -94,7 +129,8 @@ struct TileConfig {
   static constexpr int OFF_ALPHA = OFF_RED + WS_N * M_TILE * 4;   // [M_TILE] rescale factor
   static constexpr int OFF_LRED = OFF_ALPHA + M_TILE * 4;         // [WS_N][M_TILE] partial row sum
   static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;   // [M_TILE] final row max
-  static constexpr int OFF_IDX = OFF_MFIN + M_TILE * 4;           // [2][N_TILE] KV row ids of upcoming tiles
+  static constexpr int OFF_OMAX = OFF_MFIN + M_TILE * 4;          // [WO_D][M_TILE] largest |O| of a row slice
+  static constexpr int OFF_IDX = OFF_OMAX + WO_D * M_TILE * 4;    // [2][N_TILE] KV row ids of upcoming tiles
   static constexpr int SMEM_BYTES = OFF_IDX + 2 * N_TILE * 8;
   static_assert(WO_M * WO_D == WARPS, "S and O warp grids must use the same warps");
   static_assert(S_ROWS % 16 == 0 && S_COLS % 8 == 0 && N_TILE % 16 == 0, "tile shape");
@@ -315,6 +351,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   float* sAlpha = reinterpret_cast<float*>(smem + C::OFF_ALPHA);
   float* sLred = reinterpret_cast<float*>(smem + C::OFF_LRED);
   float* sMfin = reinterpret_cast<float*>(smem + C::OFF_MFIN);
+  float* sOmax = reinterpret_cast<float*>(smem + C::OFF_OMAX);
   int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
   SplitWork w;
@@ -593,6 +630,20 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       }
     }
   }
+  // Each warp's largest |O| of its slice of a row, for the scale of an fp16 partial.
+  if (slot >= 0) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT_O; ++mt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float m = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < C::NT_O; ++nt) m = fmaxf(m, fmaxf(fabsf(acc[mt][nt][hf * 2]), fabsf(acc[mt][nt][hf * 2 + 1])));
+        m = quad_max(m);
+        if (cq == 0) sOmax[wo_d * C::M_TILE + wo_m * C::O_ROWS + mt * 16 + g + hf * 8] = m;
+      }
+    }
+  }
   __syncthreads();
 
   // The flags cannot change during the call (the gate wrote them before): read again instead of keeping
@@ -606,6 +657,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     for (int hf = 0; hf < 2; ++hf) {
       const int lr = wo_m * C::O_ROWS + mt * 16 + g + hf * 8;
       const int grow = row0 + lr;
+      const unsigned lanes = __ballot_sync(kFullWarp, grow < rows_b);
       if (grow >= rows_b) continue;
       float l = 0.f;
 #pragma unroll
@@ -618,12 +670,16 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
         for (int nt = 0; nt < C::NT_O; ++nt)
           *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16x2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
       } else {
-        float* dst = a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wo_d * C::O_DIMS + 2 * cq;
+        float row_max = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < C::NT_O; ++nt)
-          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
+        for (int w = 0; w < C::WO_D; ++w) row_max = fmaxf(row_max, sOmax[w * C::M_TILE + lr]);
+        const int e = partial_exponent(row_max * inv);
+        const float f = inv * pow2i(-e);
+        store_partial_row<C::NT_O>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wo_d * C::O_DIMS, cq,
+                                   [&](int nt) { return make_float2(acc[mt][nt][hf * 2] * f, acc[mt][nt][hf * 2 + 1] * f); });
         if (wo_d == 0 && cq == 0)
-          a.part_lse[(int64_t)slot * a.rcap + grow] = l > 0.f ? sMfin[lr] + log2f(l) : -CUDART_INF_F;
+          a.part_lse[(int64_t)slot * a.rcap + grow] =
+              make_float2(l > 0.f ? sMfin[lr] + log2f(l) : -CUDART_INF_F, (float)e);
       }
     }
   }
@@ -632,17 +688,19 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // ---------------------------------------------------------------------------------------------------------
 // Combine: for every row of every request served by more than one split, merge the partials by their
 // log-sum-exp. One warp per item (request, row, slice of the 512 dims), no block barriers, so many items are in
-// flight at once: the lanes are GROUPS split groups (split i goes to group i % GROUPS) x 32 / GROUPS float4
-// columns, reduced by shuffles. Few rows (small batches, many splits each): 4 groups, 32-dim slices, so a row's
-// splits spread over many warps. Many rows (few splits each): 1 group, 128-dim slices, so each item carries 4x
-// the bytes through the same chain of dependent loads (request, log-sum-exps, partials).
+// flight at once: the lanes are GROUPS split groups (split i goes to group i % GROUPS) x 32 / GROUPS columns of
+// 8 values (16 bytes of fp16 partial), reduced by shuffles. Few rows (small batches, many splits each): 8 groups,
+// 32-dim slices, so a row's splits spread over many warps and each lane walks an eighth of them. Many rows (few
+// splits each): 2 groups, 128-dim slices, so each item carries 4x the bytes through the same chain of dependent
+// loads (request, log-sum-exps, partials).
 // ---------------------------------------------------------------------------------------------------------
-constexpr int kCombineManyRows = 1024;  // rows (batch x T x H) from which the 1-group layout is used
+constexpr int kCombineManyRows = 1024;  // rows (batch x T x H) from which the many-row layout is used
+constexpr int kCombineGroupsFewRows = 8, kCombineGroupsManyRows = 2;
 
 template <int GROUPS>
 struct CombineLayout {
-  static constexpr int COLS = 32 / GROUPS;           // float4 columns per warp
-  static constexpr int SLICES = kDimV / (4 * COLS);  // warps per row
+  static constexpr int COLS = 32 / GROUPS;           // 8-value columns per warp
+  static constexpr int SLICES = kDimV / (8 * COLS);  // warps per row
 };
 
 template <int GROUPS>
@@ -670,35 +728,40 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
     if (r >= ext * a.H) continue;
     float m = -CUDART_INF_F;
-    for (int i = sg; i < n; i += GROUPS) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r]);
+    for (int i = sg; i < n; i += GROUPS) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r].x);
 #pragma unroll
     for (int d = L::COLS; d < 32; d <<= 1) m = fmaxf(m, __shfl_xor_sync(kFullWarp, m, d));
     const float m_use = m == -CUDART_INF_F ? 0.f : m;
-    const int f4 = slice * L::COLS + col;  // float4 index within the 512-dim row
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int c8 = slice * L::COLS + col;  // index of this lane's 8 values within the 512-dim row
+    float acc[8] = {};
     float wsum = 0.f;
 #pragma unroll 8
     for (int i = sg; i < n; i += GROUPS) {
       const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
-      const float w = exp2f(a.part_lse[row] - m_use);
-      const float4 v = reinterpret_cast<const float4*>(a.part_o + row * kDimV)[f4];
+      const float2 lse_e = a.part_lse[row];
+      const float w = exp2f(lse_e.x - m_use), w_stored = w * pow2i((int)lse_e.y);
+      const uint4 raw = reinterpret_cast<const uint4*>(a.part_o + row * kDimV)[c8];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
       wsum += w;
-      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&words[k]));
+        acc[2 * k] += w_stored * v.x;
+        acc[2 * k + 1] += w_stored * v.y;
+      }
     }
 #pragma unroll
     for (int d = L::COLS; d < 32; d <<= 1) {
       wsum += __shfl_xor_sync(kFullWarp, wsum, d);
-      acc.x += __shfl_xor_sync(kFullWarp, acc.x, d);
-      acc.y += __shfl_xor_sync(kFullWarp, acc.y, d);
-      acc.z += __shfl_xor_sync(kFullWarp, acc.z, d);
-      acc.w += __shfl_xor_sync(kFullWarp, acc.w, d);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(kFullWarp, acc[k], d);
     }
     if (sg == 0) {
       const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
       const int t = r / a.H, h = r - t * a.H;
-      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + f4 * 4;
-      *reinterpret_cast<uint2*>(dst) =
-          make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + c8 * 8;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(acc[0] * inv, acc[1] * inv), pack_bf16x2(acc[2] * inv, acc[3] * inv),
+                                                  pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
     }
   }
   phase_mark_last_warp(kPhaseCombine, 2);

@@ -30,7 +30,8 @@ struct WgmmaTiles {
   static constexpr int OFF_P = OFF_KV + 2 * TILE_BYTES;               // 64 x 64 bf16
   static constexpr int OFF_ALPHA = OFF_P + BLOCK_BYTES;               // [64] this tile's rescale factor per row
   static constexpr int OFF_L = OFF_ALPHA + M_TILE * 4;                // [64] row sums
-  static constexpr int OFF_IDX = OFF_L + M_TILE * 4;                  // [2][64] KV row ids of upcoming tiles
+  static constexpr int OFF_OMAX = OFF_L + M_TILE * 4;                 // [2][64] each warpgroup's largest |O| of a row
+  static constexpr int OFF_IDX = OFF_OMAX + 2 * M_TILE * 4;           // [2][64] KV row ids of upcoming tiles
   static constexpr int SMEM_USED = OFF_IDX + 2 * N_TILE * 4;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;                 // slack: the base is aligned up to 1024
   static_assert(kSplitAlign % N_TILE == 0, "split boundaries must fall on tile boundaries");
@@ -351,7 +352,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     for (int i = 0; i < 128; ++i) acc[i] *= w.v_scale;
   }
 
-  // Row sums (warpgroup 0's): across the quad.
+  // Row sums (warpgroup 0's): across the quad. Each warpgroup's largest |O| of a row, for the scale of an fp16
+  // partial.
   if (scores) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -359,6 +361,17 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       l += __shfl_xor_sync(kFullWarp, l, 1);
       l += __shfl_xor_sync(kFullWarp, l, 2);
       if (cq == 0) sL[r_lo + hf * 8] = l;
+    }
+  }
+  float* const sOmax = reinterpret_cast<float*>(smem + C::OFF_OMAX);
+  if (slot >= 0) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float m = 0.f;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) m = fmaxf(m, fmaxf(fabsf(acc[j * 4 + hf * 2]), fabsf(acc[j * 4 + hf * 2 + 1])));
+      m = quad_max(m);
+      if (cq == 0) sOmax[wg * C::M_TILE + r_lo + hf * 8] = m;
     }
   }
   __syncthreads();
@@ -372,6 +385,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int lr = r_lo + hf * 8, grow = row0 + lr;
+    const unsigned lanes = __ballot_sync(kFullWarp, grow < rows_b);
     if (grow >= rows_b) continue;
     const float l = sL[lr];
     const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
@@ -382,12 +396,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(dst + j * 8) = pack_bf16x2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
     } else {
-      float* dst = a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + dim0;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
+      const int e = partial_exponent(fmaxf(sOmax[lr], sOmax[C::M_TILE + lr]) * inv);
+      const float f = inv * pow2i(-e);
+      store_partial_row<32>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wg * 256, cq,
+                            [&](int j) { return make_float2(acc[j * 4 + hf * 2] * f, acc[j * 4 + hf * 2 + 1] * f); });
       if (wg == 0 && cq == 0)
-        a.part_lse[(int64_t)slot * a.rcap + grow] = l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F;
+        a.part_lse[(int64_t)slot * a.rcap + grow] = make_float2(l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F, (float)e);
     }
   }
   phase_mark(kPhaseMain, 6);

@@ -31,9 +31,4 @@ __device__ __forceinline__ float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(kFullWarp, v, 2));
 }
 
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(kFullWarp, v, 1);
-  return v + __shfl_xor_sync(kFullWarp, v, 2);
-}
-
 }  // namespace cutover
