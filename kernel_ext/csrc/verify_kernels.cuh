@@ -109,6 +109,19 @@ __device__ __forceinline__ void store_partial_row(unsigned lanes, __half* row, i
   }
 }
 
+// Largest |value| of one row's slice over the 4 lanes of its quad, in the layout of store_partial_row (`pair(j)`,
+// unscaled).
+template <int N, typename Pair>
+__device__ __forceinline__ float row_abs_max(Pair pair) {
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const float2 v = pair(j);
+    m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
+  }
+  return quad_max(m);
+}
+
 template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WO_M_, int WO_D_>
 struct TileConfig {
   static constexpr int M_TILE = M_TILE_, N_TILE = N_TILE_, STAGES = STAGES_;
@@ -636,10 +649,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     for (int mt = 0; mt < C::MT_O; ++mt) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float m = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < C::NT_O; ++nt) m = fmaxf(m, fmaxf(fabsf(acc[mt][nt][hf * 2]), fabsf(acc[mt][nt][hf * 2 + 1])));
-        m = quad_max(m);
+        const float m = row_abs_max<C::NT_O>([&](int nt) { return make_float2(acc[mt][nt][hf * 2], acc[mt][nt][hf * 2 + 1]); });
         if (cq == 0) sOmax[wo_d * C::M_TILE + wo_m * C::O_ROWS + mt * 16 + g + hf * 8] = m;
       }
     }

@@ -367,10 +367,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   if (slot >= 0) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      float m = 0.f;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) m = fmaxf(m, fmaxf(fabsf(acc[j * 4 + hf * 2]), fabsf(acc[j * 4 + hf * 2 + 1])));
-      m = quad_max(m);
+      const float m = row_abs_max<32>([&](int j) { return make_float2(acc[j * 4 + hf * 2], acc[j * 4 + hf * 2 + 1]); });
       if (cq == 0) sOmax[wg * C::M_TILE + r_lo + hf * 8] = m;
     }
   }
