@@ -241,14 +241,14 @@ int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), cons
   return CUTOVER_OK;
 }
 
-// The combine kernel with GROUPS split groups per warp (CombineLayout): one warp per (row, slice), at most
-// 8 blocks per SM, as a programmatic dependent of the main kernel.
-template <int GROUPS>
+// The combine kernel in layout L (CombineLayout): one warp per (row, slice), at most 8 blocks per SM, as a
+// programmatic dependent of the main kernel.
+template <class L>
 int launch_combine(long long rows, int num_sms, const KernelArgs& k, cudaStream_t stream) {
-  const long long warps = rows * CombineLayout<GROUPS>::SLICES;
+  const long long warps = rows * L::SLICES;
   const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
   const int blocks = (int)(wanted < 8LL * num_sms ? wanted : 8LL * num_sms);
-  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel<GROUPS>, dim3(blocks), kCombineThreads, 0, stream, k),
+  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel<L>, dim3(blocks), kCombineThreads, 0, stream, k),
                      "launch of verify_combine_kernel");
   return CUTOVER_OK;
 }
@@ -274,7 +274,7 @@ int cutover_check_device(int device) {
   CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
   if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
   cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<kCombineGroupsManyRows>);
+  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<CombineTwoSplits>);
   if (current != device) cudaSetDevice(current);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();
@@ -348,9 +348,12 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
     rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
   else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);
   if (rc != CUTOVER_OK) return rc;
+  // The plan fits all splits in one wave of g_target CTAs, so equal requests get at most g_target / batch each.
   const long long rows = (long long)a->batch * p.rcap;
-  if (rows >= kCombineManyRows) return launch_combine<kCombineGroupsManyRows>(rows, a->num_sms, k, stream);
-  return launch_combine<kCombineGroupsFewRows>(rows, a->num_sms, k, stream);
+  const int splits = p.g_target / a->batch;
+  if (splits <= kCombineTwoSplitsMax) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
+  if (splits <= kCombineFewSplitsMax) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
+  return launch_combine<CombineManySplits>(rows, a->num_sms, k, stream);
 }
 
 int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,

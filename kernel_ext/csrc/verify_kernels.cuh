@@ -698,24 +698,82 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // ---------------------------------------------------------------------------------------------------------
 // Combine: for every row of every request served by more than one split, merge the partials by their
 // log-sum-exp. One warp per item (request, row, slice of the 512 dims), no block barriers, so many items are in
-// flight at once: the lanes are GROUPS split groups (split i goes to group i % GROUPS) x 32 / GROUPS columns of
-// 8 values (16 bytes of fp16 partial), reduced by shuffles. Few rows (small batches, many splits each): 8 groups,
-// 32-dim slices, so a row's splits spread over many warps and each lane walks an eighth of them. Many rows (few
-// splits each): 2 groups, 128-dim slices, so each item carries 4x the bytes through the same chain of dependent
-// loads (request, log-sum-exps, partials).
+// flight at once. The lanes are GROUPS split groups (split i goes to group i % GROUPS) x 32 / GROUPS lanes, each
+// lane VEC x 8 values (VEC x 16 bytes of fp16 partial) of the slice; groups are merged by shuffles. After the
+// request's entry a lane issues the loads of BATCH of its splits at once and merges them with a running maximum,
+// so an item costs two round trips to memory while each lane has at most BATCH splits. The combine is bound by
+// the bytes it has in flight, so the launch picks the layout by the splits a request is expected to have
+// (kernel_ext/csrc/verify_api.cu): a lane's loads should neither wait for one another nor be left empty.
 // ---------------------------------------------------------------------------------------------------------
-constexpr int kCombineManyRows = 1024;  // rows (batch x T x H) from which the many-row layout is used
-constexpr int kCombineGroupsFewRows = 8, kCombineGroupsManyRows = 2;
-
-template <int GROUPS>
+template <int GROUPS_, int VEC_, int BATCH_>
 struct CombineLayout {
-  static constexpr int COLS = 32 / GROUPS;           // 8-value columns per warp
-  static constexpr int SLICES = kDimV / (8 * COLS);  // warps per row
+  static constexpr int GROUPS = GROUPS_, VEC = VEC_, BATCH = BATCH_;
+  static constexpr int LANES = 32 / GROUPS;                // lanes of a split group
+  static constexpr int SLICE = LANES * VEC * 8;            // values of a row per item
+  static constexpr int SLICES = kDimV / SLICE;             // items per row
+  static_assert(SLICES * SLICE == kDimV, "the slices tile a row");
+};
+// Up to 2 splits per request: a whole row per warp, 32 bytes per lane and split, both splits in one batch.
+using CombineTwoSplits = CombineLayout<1, 2, 2>;
+// Up to 8: 2 groups over 128-dim slices, 4 splits per lane in one batch.
+using CombineFewSplits = CombineLayout<2, 1, 4>;
+// More (small batches with long prefixes): 8 groups over 32-dim slices, so a row's splits spread over 16 warps.
+using CombineManySplits = CombineLayout<8, 1, 4>;
+constexpr int kCombineTwoSplitsMax = 2, kCombineFewSplitsMax = 8;
+
+// A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
+template <class L>
+struct CombineLane {
+  float m = -INFINITY, wsum = 0.f, acc[8 * L::VEC] = {};
+
+  // Merge L::BATCH splits (log-sum-exp and exponent, 8 * VEC fp16 values each; absent ones have lse -inf).
+  __device__ __forceinline__ void merge(const float2 (&lse)[L::BATCH], const uint4 (&raw)[L::BATCH][L::VEC]) {
+    float m_new = m;
+#pragma unroll
+    for (int c = 0; c < L::BATCH; ++c) m_new = fmaxf(m_new, lse[c].x);
+    if (m_new == -INFINITY) return;  // nothing visible yet
+    rescale(exp2f(m - m_new));
+    m = m_new;
+#pragma unroll
+    for (int c = 0; c < L::BATCH; ++c) {
+      const float w = exp2f(lse[c].x - m_new), w_stored = w * pow2i((int)lse[c].y);
+      wsum += w;
+#pragma unroll
+      for (int v = 0; v < L::VEC; ++v) {
+        const uint32_t words[4] = {raw[c][v].x, raw[c][v].y, raw[c][v].z, raw[c][v].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&words[k]));
+          acc[v * 8 + 2 * k] += w_stored * x.x;
+          acc[v * 8 + 2 * k + 1] += w_stored * x.y;
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void rescale(float f) {
+    wsum *= f;
+#pragma unroll
+    for (int k = 0; k < 8 * L::VEC; ++k) acc[k] *= f;
+  }
+
+  // Sum over the warp's split groups (lanes L::LANES apart), relative to the warp's maximum.
+  __device__ __forceinline__ void reduce_groups() {
+    float mw = m;
+#pragma unroll
+    for (int d = L::LANES; d < 32; d <<= 1) mw = fmaxf(mw, __shfl_xor_sync(kFullWarp, mw, d));
+    rescale(m == -INFINITY ? 0.f : exp2f(m - mw));
+#pragma unroll
+    for (int d = L::LANES; d < 32; d <<= 1) {
+      wsum += __shfl_xor_sync(kFullWarp, wsum, d);
+#pragma unroll
+      for (int k = 0; k < 8 * L::VEC; ++k) acc[k] += __shfl_xor_sync(kFullWarp, acc[k], d);
+    }
+  }
 };
 
-template <int GROUPS>
+template <class L>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
-  using L = CombineLayout<GROUPS>;
   phase_mark(kPhaseCombine, 0);
   grid_dependency_wait();  // every split of the main kernel has written its partial
   phase_mark(kPhaseCombine, 1);
@@ -723,7 +781,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
   if (choice == kOutNone) return;
   __nv_bfloat16* const out = choice == kOutAlt ? a.o_alt : a.o;
   const int64_t out_s0 = choice == kOutAlt ? a.sa0 : a.so0, out_s1 = choice == kOutAlt ? a.sa1 : a.so1;
-  const int lane = threadIdx.x & 31, sg = lane / L::COLS, col = lane % L::COLS;
+  const int lane = threadIdx.x & 31, sg = lane / L::LANES;
   const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
   const long long items = (long long)a.B * a.rcap * L::SLICES;
   for (long long item = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); item < items; item += warps) {
@@ -731,47 +789,38 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     const long long br = item / L::SLICES;
     const int b = (int)(br / a.rcap), r = (int)(br - (long long)b * a.rcap);
     const int2 rq = a.req[b];
-    const int n = rq.x;
-    if (n <= 1) continue;
     const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
     int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
+    const int n = rq.x;
+    if (n <= 1) continue;
     ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
     if (r >= ext * a.H) continue;
-    float m = -CUDART_INF_F;
-    for (int i = sg; i < n; i += GROUPS) m = fmaxf(m, a.part_lse[(int64_t)(rq.y + i) * a.rcap + r].x);
+    const int v0 = slice * L::SLICE / 8 + (lane % L::LANES) * L::VEC;  // this lane's first 8-value column
+    CombineLane<L> merged;
+    for (int i0 = sg; i0 < n; i0 += L::GROUPS * L::BATCH) {
+      float2 lse[L::BATCH];
+      uint4 raw[L::BATCH][L::VEC];
 #pragma unroll
-    for (int d = L::COLS; d < 32; d <<= 1) m = fmaxf(m, __shfl_xor_sync(kFullWarp, m, d));
-    const float m_use = m == -CUDART_INF_F ? 0.f : m;
-    const int c8 = slice * L::COLS + col;  // index of this lane's 8 values within the 512-dim row
-    float acc[8] = {};
-    float wsum = 0.f;
-#pragma unroll 8
-    for (int i = sg; i < n; i += GROUPS) {
-      const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
-      const float2 lse_e = a.part_lse[row];
-      const float w = exp2f(lse_e.x - m_use), w_stored = w * pow2i((int)lse_e.y);
-      const uint4 raw = reinterpret_cast<const uint4*>(a.part_o + row * kDimV)[c8];
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-      wsum += w;
+      for (int c = 0; c < L::BATCH; ++c) {
+        const int i = i0 + c * L::GROUPS;
+        const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
+        const uint4* src = reinterpret_cast<const uint4*>(a.part_o + row * kDimV) + v0;
+        lse[c] = i < n ? a.part_lse[row] : make_float2(-INFINITY, 0.f);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&words[k]));
-        acc[2 * k] += w_stored * v.x;
-        acc[2 * k + 1] += w_stored * v.y;
+        for (int v = 0; v < L::VEC; ++v) raw[c][v] = i < n ? src[v] : make_uint4(0, 0, 0, 0);
       }
+      merged.merge(lse, raw);
     }
-#pragma unroll
-    for (int d = L::COLS; d < 32; d <<= 1) {
-      wsum += __shfl_xor_sync(kFullWarp, wsum, d);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(kFullWarp, acc[k], d);
-    }
+    merged.reduce_groups();
     if (sg == 0) {
-      const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+      const float inv = merged.wsum > 0.f ? 1.f / merged.wsum : 0.f;
+      const float* acc = merged.acc;
       const int t = r / a.H, h = r - t * a.H;
-      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + c8 * 8;
-      *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(acc[0] * inv, acc[1] * inv), pack_bf16x2(acc[2] * inv, acc[3] * inv),
-                                                  pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
+      uint4* dst = reinterpret_cast<uint4*>(out + (qo_start + t) * out_s0 + (int64_t)h * out_s1) + v0;
+#pragma unroll
+      for (int v = 0; v < L::VEC; ++v)
+        dst[v] = make_uint4(pack_bf16x2(acc[v * 8 + 0] * inv, acc[v * 8 + 1] * inv), pack_bf16x2(acc[v * 8 + 2] * inv, acc[v * 8 + 3] * inv),
+                            pack_bf16x2(acc[v * 8 + 4] * inv, acc[v * 8 + 5] * inv), pack_bf16x2(acc[v * 8 + 6] * inv, acc[v * 8 + 7] * inv));
     }
   }
   phase_mark_last_warp(kPhaseCombine, 2);
