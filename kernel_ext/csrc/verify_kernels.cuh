@@ -724,6 +724,7 @@ constexpr int kCombineTwoSplitsMax = 2, kCombineFewSplitsMax = 8;
 // A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
 template <class L>
 struct CombineLane {
+  // INFINITY, not CUDART_INF_F: default member initializers are compiled for the host too.
   float m = -INFINITY, wsum = 0.f, acc[8 * L::VEC] = {};
 
   // Merge L::BATCH splits (log-sum-exp and exponent, 8 * VEC fp16 values each; absent ones have lse -inf).
@@ -731,7 +732,7 @@ struct CombineLane {
     float m_new = m;
 #pragma unroll
     for (int c = 0; c < L::BATCH; ++c) m_new = fmaxf(m_new, lse[c].x);
-    if (m_new == -INFINITY) return;  // nothing visible yet
+    if (m_new == -CUDART_INF_F) return;  // nothing visible yet
     rescale(exp2f(m - m_new));
     m = m_new;
 #pragma unroll
@@ -762,7 +763,7 @@ struct CombineLane {
     float mw = m;
 #pragma unroll
     for (int d = L::LANES; d < 32; d <<= 1) mw = fmaxf(mw, __shfl_xor_sync(kFullWarp, mw, d));
-    rescale(m == -INFINITY ? 0.f : exp2f(m - mw));
+    rescale(m == -CUDART_INF_F ? 0.f : exp2f(m - mw));
 #pragma unroll
     for (int d = L::LANES; d < 32; d <<= 1) {
       wsum += __shfl_xor_sync(kFullWarp, wsum, d);
@@ -805,7 +806,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
         const int i = i0 + c * L::GROUPS;
         const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
         const uint4* src = reinterpret_cast<const uint4*>(a.part_o + row * kDimV) + v0;
-        lse[c] = i < n ? a.part_lse[row] : make_float2(-INFINITY, 0.f);
+        lse[c] = i < n ? a.part_lse[row] : make_float2(-CUDART_INF_F, 0.f);
 #pragma unroll
         for (int v = 0; v < L::VEC; ++v) raw[c][v] = i < n ? src[v] : make_uint4(0, 0, 0, 0);
       }
