@@ -33,6 +33,8 @@ GRIDS = {
     "quick": dict(H=(8, 16), T=(8, 64), batch=(1, 16), prefix=(4096, 65536), mask=("tree",)),
     # the shapes where the split combine weighs most (small prefix, many rows) and the widest combine
     "combine": dict(H=(8, 16), T=(8, 64), batch=(1, 4, 16), prefix=(1024, 65536), mask=("tree",)),
+    # one request per call: the combine merges up to a wave of splits per row (its long-batch layout)
+    "batch1": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1,), prefix=(1024, 4096, 16384, 65536), mask=("tree",)),
 }
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched

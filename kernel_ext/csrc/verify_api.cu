@@ -353,6 +353,9 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   const int splits = p.g_target / a->batch;
   if (splits <= kCombineTwoSplitsMax) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
   if (splits <= kCombineFewSplitsMax) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
+  const long long wave = (long long)a->num_sms * (kCombineThreads / 32);  // warps at one block per SM
+  if (splits > kCombineManySplitsMax && rows * CombineLongSplits::SLICES <= wave)
+    return launch_combine<CombineLongSplits>(rows, a->num_sms, k, stream);
   return launch_combine<CombineManySplits>(rows, a->num_sms, k, stream);
 }
 

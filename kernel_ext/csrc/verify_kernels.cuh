@@ -17,6 +17,8 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "mma_primitives.cuh"
 #include "phase_clock.cuh"
 #include "warp_reduce.cuh"
@@ -705,9 +707,10 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // the bytes it has in flight, so the launch picks the layout by the splits a request is expected to have
 // (kernel_ext/csrc/verify_api.cu): a lane's loads should neither wait for one another nor be left empty.
 // ---------------------------------------------------------------------------------------------------------
-template <int GROUPS_, int VEC_, int BATCH_>
+template <int GROUPS_, int VEC_, int BATCH_, int LONG_BATCH_ = BATCH_>
 struct CombineLayout {
-  static constexpr int GROUPS = GROUPS_, VEC = VEC_, BATCH = BATCH_;
+  // LONG_BATCH: splits per batch for requests with more than GROUPS x BATCH splits.
+  static constexpr int GROUPS = GROUPS_, VEC = VEC_, BATCH = BATCH_, LONG_BATCH = LONG_BATCH_;
   static constexpr int LANES = 32 / GROUPS;                // lanes of a split group
   static constexpr int SLICE = LANES * VEC * 8;            // values of a row per item
   static constexpr int SLICES = kDimV / SLICE;             // items per row
@@ -719,7 +722,11 @@ using CombineTwoSplits = CombineLayout<1, 2, 2>;
 using CombineFewSplits = CombineLayout<2, 1, 4>;
 // More (small batches with long prefixes): 8 groups over 32-dim slices, so a row's splits spread over 16 warps.
 using CombineManySplits = CombineLayout<8, 1, 4>;
-constexpr int kCombineTwoSplitsMax = 2, kCombineFewSplitsMax = 8;
+// More than 32 with few rows: CombineManySplits, but a request with more than 32 splits is merged 17 splits per
+// batch, so that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's
+// split), at the cost of registers: for calls whose warp items fit in one wave at one block per SM.
+using CombineLongSplits = CombineLayout<8, 1, 4, 17>;
+constexpr int kCombineTwoSplitsMax = 2, kCombineFewSplitsMax = 8, kCombineManySplitsMax = 32;
 
 // A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
 template <class L>
@@ -727,16 +734,17 @@ struct CombineLane {
   // INFINITY, not CUDART_INF_F: default member initializers are compiled for the host too.
   float m = -INFINITY, wsum = 0.f, acc[8 * L::VEC] = {};
 
-  // Merge L::BATCH splits (log-sum-exp and exponent, 8 * VEC fp16 values each; absent ones have lse -inf).
-  __device__ __forceinline__ void merge(const float2 (&lse)[L::BATCH], const uint4 (&raw)[L::BATCH][L::VEC]) {
+  // Merge B splits (log-sum-exp and exponent, 8 * VEC fp16 values each; absent ones have lse -inf).
+  template <int B>
+  __device__ __forceinline__ void merge(const float2 (&lse)[B], const uint4 (&raw)[B][L::VEC]) {
     float m_new = m;
 #pragma unroll
-    for (int c = 0; c < L::BATCH; ++c) m_new = fmaxf(m_new, lse[c].x);
+    for (int c = 0; c < B; ++c) m_new = fmaxf(m_new, lse[c].x);
     if (m_new == -CUDART_INF_F) return;  // nothing visible yet
     rescale(exp2f(m - m_new));
     m = m_new;
 #pragma unroll
-    for (int c = 0; c < L::BATCH; ++c) {
+    for (int c = 0; c < B; ++c) {
       const float w = exp2f(lse[c].x - m_new), w_stored = w * pow2i((int)lse[c].y);
       wsum += w;
 #pragma unroll
@@ -798,20 +806,26 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
     if (r >= ext * a.H) continue;
     const int v0 = slice * L::SLICE / 8 + (lane % L::LANES) * L::VEC;  // this lane's first 8-value column
     CombineLane<L> merged;
-    for (int i0 = sg; i0 < n; i0 += L::GROUPS * L::BATCH) {
-      float2 lse[L::BATCH];
-      uint4 raw[L::BATCH][L::VEC];
+    // Each lane merges its splits B at a time: each batch's loads are issued together.
+    auto merge_splits = [&](auto batch) {
+      constexpr int B = decltype(batch)::value;
+      for (int i0 = sg; i0 < n; i0 += L::GROUPS * B) {
+        float2 lse[B];
+        uint4 raw[B][L::VEC];
 #pragma unroll
-      for (int c = 0; c < L::BATCH; ++c) {
-        const int i = i0 + c * L::GROUPS;
-        const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
-        const uint4* src = reinterpret_cast<const uint4*>(a.part_o + row * kDimV) + v0;
-        lse[c] = i < n ? a.part_lse[row] : make_float2(-CUDART_INF_F, 0.f);
+        for (int c = 0; c < B; ++c) {
+          const int i = i0 + c * L::GROUPS;
+          const int64_t row = (int64_t)(rq.y + i) * a.rcap + r;
+          const uint4* src = reinterpret_cast<const uint4*>(a.part_o + row * kDimV) + v0;
+          lse[c] = i < n ? a.part_lse[row] : make_float2(-CUDART_INF_F, 0.f);
 #pragma unroll
-        for (int v = 0; v < L::VEC; ++v) raw[c][v] = i < n ? src[v] : make_uint4(0, 0, 0, 0);
+          for (int v = 0; v < L::VEC; ++v) raw[c][v] = i < n ? src[v] : make_uint4(0, 0, 0, 0);
+        }
+        merged.template merge<B>(lse, raw);
       }
-      merged.merge(lse, raw);
-    }
+    };
+    if (L::LONG_BATCH != L::BATCH && n > L::GROUPS * L::BATCH) merge_splits(std::integral_constant<int, L::LONG_BATCH>{});
+    else merge_splits(std::integral_constant<int, L::BATCH>{});
     merged.reduce_groups();
     if (sg == 0) {
       const float inv = merged.wsum > 0.f ? 1.f / merged.wsum : 0.f;
