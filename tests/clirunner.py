@@ -35,6 +35,13 @@ def cli_env(home: Path, releases_dir: Path, operator: str = OPERATOR) -> dict:
     return env
 
 
+def _default_sigint() -> None:
+    """In the CLI's process, before exec: SIGINT back to its default action. A test run started as a background
+    job of a non-interactive shell has SIGINT ignored, exec keeps that, and the CLI would never see the Ctrl-C a
+    test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class Cli:
     """`cli("stage", "-i", inv, "--yes")` -> CompletedProcess (text stdout/stderr, returncode)."""
@@ -61,10 +68,12 @@ class Cli:
         return json.loads(result.stdout)
 
     def start(self, *args, log: Path, operator: str = OPERATOR) -> subprocess.Popen:
-        """Start the CLI in its own process group, output to `log` (for tests that kill it mid-run)."""
+        """Start the CLI in its own process group, output to `log` (for tests that kill it mid-run), with
+        Ctrl-C's default action as at a terminal."""
         with open(log, "w") as handle:
             return subprocess.Popen(self.argv(*args), stdout=handle, stderr=subprocess.STDOUT,
-                                    env=self.env(operator), cwd=self.cwd, start_new_session=True)
+                                    env=self.env(operator), cwd=self.cwd, start_new_session=True,
+                                    preexec_fn=_default_sigint)
 
     @staticmethod
     def kill_group(process: subprocess.Popen) -> None:
