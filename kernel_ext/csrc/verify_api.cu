@@ -351,10 +351,10 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   // The plan fits all splits in one wave of g_target CTAs, so equal requests get at most g_target / batch each.
   const long long rows = (long long)a->batch * p.rcap;
   const int splits = p.g_target / a->batch;
-  if (splits <= kCombineTwoSplitsMax) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
-  if (splits <= kCombineFewSplitsMax) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
+  if (splits <= CombineTwoSplits::SPLITS_PER_PASS) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
+  if (splits <= CombineFewSplits::SPLITS_PER_PASS) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
   const long long wave = (long long)a->num_sms * (kCombineThreads / 32);  // warps at one block per SM
-  if (splits > kCombineManySplitsMax && rows * CombineLongSplits::SLICES <= wave)
+  if (splits > CombineManySplits::SPLITS_PER_PASS && rows * CombineLongSplits::SLICES <= wave)
     return launch_combine<CombineLongSplits>(rows, a->num_sms, k, stream);
   return launch_combine<CombineManySplits>(rows, a->num_sms, k, stream);
 }

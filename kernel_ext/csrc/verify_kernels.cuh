@@ -711,6 +711,7 @@ template <int GROUPS_, int VEC_, int BATCH_, int LONG_BATCH_ = BATCH_>
 struct CombineLayout {
   // LONG_BATCH: splits per batch for requests with more than GROUPS x BATCH splits.
   static constexpr int GROUPS = GROUPS_, VEC = VEC_, BATCH = BATCH_, LONG_BATCH = LONG_BATCH_;
+  static constexpr int SPLITS_PER_PASS = GROUPS * BATCH;   // splits a warp merges in one batch of its lanes
   static constexpr int LANES = 32 / GROUPS;                // lanes of a split group
   static constexpr int SLICE = LANES * VEC * 8;            // values of a row per item
   static constexpr int SLICES = kDimV / SLICE;             // items per row
@@ -726,7 +727,6 @@ using CombineManySplits = CombineLayout<8, 1, 4>;
 // batch, so that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's
 // split), at the cost of registers: for calls whose warp items fit in one wave at one block per SM.
 using CombineLongSplits = CombineLayout<8, 1, 4, 17>;
-constexpr int kCombineTwoSplitsMax = 2, kCombineFewSplitsMax = 8, kCombineManySplitsMax = 32;
 
 // A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
 template <class L>
@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
         merged.template merge<B>(lse, raw);
       }
     };
-    if (L::LONG_BATCH != L::BATCH && n > L::GROUPS * L::BATCH) merge_splits(std::integral_constant<int, L::LONG_BATCH>{});
+    if (L::LONG_BATCH != L::BATCH && n > L::SPLITS_PER_PASS) merge_splits(std::integral_constant<int, L::LONG_BATCH>{});
     else merge_splits(std::integral_constant<int, L::BATCH>{});
     merged.reduce_groups();
     if (sg == 0) {
