@@ -85,6 +85,7 @@ class VerifyParams(ctypes.Structure):
         ("workspace_bytes", ctypes.c_int64),
         ("num_sms", ctypes.c_int32),
         ("config", ctypes.c_int32),
+        ("early_start", ctypes.c_int32),
     ]
 
 

@@ -60,7 +60,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                      logit_cap=0.0, skip_prefix_custom_mask=True, sliding_window_size=-1, sinks=None,
                      window_kv_offsets=None, xai_temperature_len=-1, lse_extend=None, skip_prefix=False,
                      skip_extend=False, page_size=1, score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
-                     identity_kv_indices=False, *, enable=None, o_alt=None, workspace=None,
+                     identity_kv_indices=False, *, enable=None, o_alt=None, workspace=None, early_start=False,
                      **extra_kwargs) -> bool:
     """Tree-masked MLA verify attention into `o_extend`; True if served, False if the caller must fall back.
 
@@ -89,6 +89,11 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                  captured launch thus serves both the custom mode and the shadow samples.
     workspace    optional uint8 device tensor of at least `workspace_bytes(...)` bytes; otherwise one is taken
                  from torch's caching allocator (graph-pool safe).
+    early_start  True: the kernel may start while the kernel enqueued just before it still runs, and plan from
+                 the index tensors (qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr) and device scales
+                 meanwhile. Only when those were complete before that kernel started: not written by it nor by a
+                 kernel it overlaps (the plugin's gate precedes every call). q, k/v_extend, enable and the outputs
+                 are touched after it ends. False (default): plain stream order.
 
     Not served (returns False): logit_cap, sliding window, sinks, window offsets, xai temperature, lse_extend,
     skip_prefix/skip_extend, score_mod/aux_tensors, identity_kv_indices, page_size != 1,
@@ -105,6 +110,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if isinstance(max_len_extend, torch.Tensor) or not isinstance(max_len_extend, int):
         raise ValueError(f"max_len_extend must be a Python int, got {type(max_len_extend).__name__}")
+    if not isinstance(early_start, bool):
+        raise ValueError(f"early_start must be True or False, got {early_start!r}")
     # Features, head dims, draft counts: the same gate as the CPU stand-in (shapes and host values only).
     if extra_kwargs or unserved_feature(q_extend, k_extend, v_extend, qo_indptr, custom_mask, max_len_extend, options):
         return False
@@ -219,6 +226,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     p.enable = enable.data_ptr() if enable is not None else None
     p.workspace, p.workspace_bytes = workspace.data_ptr(), workspace.numel()
     p.num_sms, p.config = num_sms, TILE_CONFIG
+    p.early_start = int(early_start)
     code = lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream)
     if code == _lib.OK:
         return True

@@ -1,12 +1,14 @@
 """Benchmark of the CUDA verify kernel against SGLang's Triton kernels, with both roofline ceilings.
 
-    python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton]
+    python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
 SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. KV rows are
 scattered over a pool of at least 256 MB and small shapes rotate through several index sets, so the L2 cache
 does not serve repeated calls. The roofline bound is max(min bytes / copy bandwidth, flops / bf16 matmul
-rate), both ceilings measured in the same run. Writes bench.json, bench.md and bench.png into --out.
+rate), both ceilings measured in the same run. Our calls run with early start, as the plugin runs them (each
+call may plan while the kernel before it finishes: here the previous call's combine, in the plugin the gate);
+--no-early-start times them in plain stream order. Writes bench.json, bench.md and bench.png into --out.
 """
 from __future__ import annotations
 
@@ -146,8 +148,9 @@ def rotating(shape: Shape, call):
     return fn
 
 
-def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: int) -> dict:
-    ours = time_graph(rotating(shape, lambda *a: api.verify_attention(*a, workspace=shape.workspace)),
+def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: int, early_start: bool) -> dict:
+    ours = time_graph(rotating(shape, lambda *a: api.verify_attention(*a, workspace=shape.workspace,
+                                                                      early_start=early_start)),
                       reps=reps, calls=shape.sets)
     row = dict(H=shape.H, T=shape.T, batch=shape.batch, prefix=shape.prefix, mask=shape.mask, sets=shape.sets,
                ours_us=ours * 1e3, triton_us=None, shared_us=None)
@@ -180,7 +183,8 @@ def roofline(row: dict, shape: Shape, copy_bw: float, mm_rate: float) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"# verify kernel benchmark ({report['label']})", "",
              f"{report['gpu']}, torch {report['torch']}, triton {report['triton']}; copy {report['copy_gbs']:.0f} GB/s, "
-             f"bf16 matmul {report['matmul_tflops']:.0f} TFLOP/s (measured in this run)", "",
+             f"bf16 matmul {report['matmul_tflops']:.0f} TFLOP/s (measured in this run); ours with early start "
+             f"{'on' if report['early_start'] else 'off'}", "",
              "| H | T | batch | prefix | mask | ours us | triton us | shared us | x triton | floor us | bound | % roofline |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
@@ -240,6 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-triton", action="store_true")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--triton-reps", type=int, default=3)
+    parser.add_argument("--no-early-start", action="store_true", help="time our calls in plain stream order")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
@@ -257,7 +262,8 @@ def main(argv=None) -> int:
     rows, started = [], time.time()
     for H, T, batch, prefix, mask in itertools.product(g["H"], g["T"], g["batch"], g["prefix"], g["mask"]):
         shape = Shape(H, T, batch, prefix, mask)
-        row = roofline(bench_shape(shape, triton_fwd, shared_fwd, args.reps, args.triton_reps), shape, copy_bw, mm_rate)
+        row = roofline(bench_shape(shape, triton_fwd, shared_fwd, args.reps, args.triton_reps, not args.no_early_start),
+                       shape, copy_bw, mm_rate)
         rows.append(row)
         print(f"{H:>3} {T:>3} {batch:>3} {prefix:>6} {mask:>5} ours {row['ours_us']:9.1f} us  triton "
               f"{row['triton_us'] or 0:9.1f}  x{row.get('speedup_vs_triton', 0):6.1f}  roof "
@@ -266,7 +272,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
         report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                       triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
-                      seconds=time.time() - started, rows=rows, summary=summarise(rows))
+                      early_start=not args.no_early_start, seconds=time.time() - started, rows=rows, summary=summarise(rows))
         (args.out / "bench.json").write_text(json.dumps(report, indent=1))  # a run cut short keeps its rows
     (args.out / "bench.md").write_text(markdown(report))
     plot(report, args.out / "bench.png")

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ABI_VERSION = 2  # must equal CUTOVER_ABI_VERSION in csrc/cutover_verify.h (checked by _abi_version_in_header)
+ABI_VERSION = 3  # must equal CUTOVER_ABI_VERSION in csrc/cutover_verify.h (checked by _abi_version_in_header)
 
 # Minimum NVIDIA driver for code built by CUDA 13.0: NVIDIA's CUDA 13.0 release notes, table "CUDA Toolkit and
 # Corresponding Driver Versions" (Linux x86_64: >= 580.65.06). CUDA minor-version compatibility lets a 13.x

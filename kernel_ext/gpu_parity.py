@@ -7,7 +7,8 @@ whose unused rows are NaN, fills the mask's prefix columns (never read) with ran
 outputs with NaN. A case passes when the kernel served it, wrote every output element (no NaN left) and its
 relative L2 error against float64 is at most 1.25x SGLang Triton's own error on the same inputs (without
 Triton: at most 1e-2). Also checks the live-switch pieces: enable=0 writes nothing, verify_gate's modes and
-counter, and a CUDA-graph capture replayed on new data and with the gate closed.
+counter, a CUDA-graph capture replayed on new data and with the gate closed, and calls back to back with early
+start (eager and in a graph) against the same calls in plain stream order.
 """
 from __future__ import annotations
 
@@ -193,6 +194,39 @@ def check_graph_replay() -> list[dict]:
     return rows
 
 
+def check_early_start() -> list[dict]:
+    """Calls back to back with early start, sharing one workspace (each plans while the call before finishes,
+    and the plans differ from call to call) give the plain-order outputs bit for bit: eagerly and in a graph."""
+    cases = [make_case(8, 8, 4, [3000, 64, 9000, 700], "tree", seed=21), make_case(8, 8, 1, 20000, "tree", seed=22),
+             make_case(16, 16, 3, 2000, "tree", seed=23)]
+    workspace = torch.empty(max(api.workspace_bytes(len(c.prefix_lens), c.q.shape[1], c.max_len_extend)
+                                for c in cases), dtype=torch.uint8, device="cuda")
+    plain = []
+    for case in cases:
+        plain.append(case.fresh_output())
+        api.verify_attention(*case.args(plain[-1]))
+    sequence = cases * 2
+
+    def back_to_back(outs):
+        for case, out in zip(sequence, outs):
+            api.verify_attention(*case.args(out), workspace=workspace, early_start=True)
+
+    eager = [case.fresh_output() for case in sequence]
+    back_to_back(eager)
+    graphed = [case.fresh_output() for case in sequence]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        back_to_back(graphed)
+    for out in graphed:
+        out.fill_(math.nan)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = plain * 2
+    return [dict(check=f"early start back to back ({how}) equals plain order",
+                 passed=all(torch.equal(out, want) for out, want in zip(outs, expected)))
+            for how, outs in (("eager", eager), ("graph", graphed))]
+
+
 def run(subset: str, use_triton: bool = True) -> dict:
     triton_fwd = load_sglang_triton() if use_triton else None
     results, started = [], time.time()
@@ -203,7 +237,7 @@ def run(subset: str, use_triton: bool = True) -> dict:
         if len(results) % 50 == 0:  # progress, so a run cut short still says how far it got
             print(f"{sum(r['passed'] for r in results)}/{len(results)} cases passed so far "
                   f"({time.time() - started:.0f} s)", flush=True)
-    checks = check_enable_gate() + check_graph_replay()
+    checks = check_enable_gate() + check_graph_replay() + check_early_start()
     ratios = [r["err_ours"] / r["err_triton"] for r in results if r.get("err_triton")]
     return dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__, subset=subset,

@@ -70,8 +70,10 @@ class CudaKernels:
             torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
     def custom(self, args, kwargs, o, scratch, enable) -> bool:
+        # early start: the dispatcher launches the gate right before this call, and the gate writes none of the
+        # index tensors the kernel plans from while the gate runs (kernel_ext.api.verify_attention)
         return bool(self._verify_attention(*replace_arg(args, O_INDEX, o), enable=enable, o_alt=scratch,
-                                           workspace=self._workspace_for(args), **kwargs))
+                                           workspace=self._workspace_for(args), early_start=True, **kwargs))
 
     def epilogue(self, o, scratch, enable, counters, bin_edges, workspace) -> None:
         self._fused_epilogue(o, scratch, enable, counters, bin_edges, workspace)

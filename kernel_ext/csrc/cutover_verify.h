@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define CUTOVER_ABI_VERSION 2
+#define CUTOVER_ABI_VERSION 3
 
 #if defined(__GNUC__)
 #define CUTOVER_API __attribute__((visibility("default")))
@@ -124,6 +124,12 @@ typedef struct CutoverVerifyParams {
   int32_t config;         /* 0 auto (3 on sm_90, else 1 or 2 by shared memory); 1 large mma.sync tiles (~190 KB
                              shared memory per block); 2 small mma.sync tiles (~80 KB: sm_120 class); 3 wgmma
                              (sm_90 only, ~227 KB). For tests and benchmarks. */
+  int32_t early_start;    /* 1: the call's kernels may start while the kernel enqueued just before them on `stream`
+                             still runs, and plan from qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
+                             k_scale_ptr and v_scale_ptr meanwhile. These must then be complete before that kernel
+                             started: written neither by it nor by any kernel it may overlap (the plugin's gate
+                             precedes every call it makes). q, k_extend, v_extend, enable, o, o_alt and the
+                             workspace are touched only after that kernel has finished. 0: plain stream order. */
 } CutoverVerifyParams;
 
 CUTOVER_API int cutover_abi_version(void);

@@ -201,6 +201,8 @@ int check_params(const CutoverVerifyParams* a) {
       {a->o, a->o_stride_token, a->o_stride_head, "o"},
       {a->kv_buffer, a->kv_buffer_stride_row, 8, "kv_buffer"},
       {a->o_alt, a->o_alt_stride_token, a->o_alt_stride_head, "o_alt"}};
+  if (a->early_start != 0 && a->early_start != 1)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "early_start must be 0 or 1, got %d", a->early_start);
   if (a->o_alt != nullptr && a->enable == nullptr)
     return fail(CUTOVER_ERR_INVALID_ARGUMENT, "o_alt needs the enable flags {serve, sample} (enable is NULL)");
   const int checked = a->o_alt != nullptr ? 6 : 5;  // o_alt is optional
@@ -232,12 +234,19 @@ cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, in
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-// The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid: an ordinary launch, so
-// nothing of a call overlaps the kernel before it (e.g. the gate).
+// The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid. With early_start it is a
+// programmatic dependent of the kernel before it (e.g. the gate): its CTAs plan and read their first row ids
+// while that kernel runs, then wait for it (CutoverVerifyParams.early_start says what the caller guarantees).
 int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), const Plan& p, const KernelArgs& k,
-                int idx64, cudaStream_t stream) {
-  (idx64 ? kernel64 : kernel32)<<<dim3(p.row_tiles, p.g), p.threads, p.smem, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel");
+                int idx64, bool early_start, cudaStream_t stream) {
+  void (*kernel)(KernelArgs) = idx64 ? kernel64 : kernel32;
+  const char* what = p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel";
+  if (early_start) {
+    CUTOVER_CUDA_CHECK(launch_dependent(kernel, dim3(p.row_tiles, p.g), p.threads, p.smem, stream, k), what);
+  } else {
+    kernel<<<dim3(p.row_tiles, p.g), p.threads, p.smem, stream>>>(k);
+    CUTOVER_CUDA_CHECK(cudaGetLastError(), what);
+  }
   return CUTOVER_OK;
 }
 
@@ -337,16 +346,17 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   k.G_target = p.g_target; k.rcap = p.rcap;
 
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
+  const bool early = a->early_start != 0;
   // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
   // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
-  // 3-6 % slower; docs/perf.md, v30).
+  // 3-6 % slower; docs/perf.md, v30), which also gathers its keys evict-first (read once).
   if (p.config == 3)
     rc = p.row_tiles > 1
-             ? launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, stream)
-             : launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, stream);
+             ? launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, early, stream)
+             : launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, early, stream);
   else if (p.config == 1)
-    rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, stream);
-  else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, stream);
+    rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, early, stream);
+  else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, early, stream);
   if (rc != CUTOVER_OK) return rc;
   // The plan fits all splits in one wave of g_target CTAs, so equal requests get at most g_target / batch each.
   const long long rows = (long long)a->batch * p.rcap;

@@ -9,7 +9,8 @@
 // each split writes a normalised partial (fp16, scaled by a power of two per row: partial_exponent) plus its
 // log-sum-exp and the combine kernel merges them in fp32.
 // The plan (which CTA takes which key range) is computed on the device from kv_indptr, by each main-kernel CTA
-// at its start: no host reads, and no launch of its own.
+// at its start: no host reads, and no launch of its own. It reads index tensors only, so with early start it runs
+// before the grid wait, while the kernel before the call finishes (cutover_verify.h, early_start).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -209,18 +210,18 @@ __device__ __forceinline__ RequestIndices request_indices(const KernelArgs& a, i
 // partial slot (-1: the request's only split, written to o directly), whether it also takes the draft tail, and
 // the request's index entries.
 struct WorkItem {
-  int request, key_begin, key_end, slot;
+  int request, key_begin, key_end, slot, splits;
   bool tail;
   RequestIndices idx;
 };
 
 // The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call. Warp 0
-// computes it; the CTA at grid (0, 0) also writes req[0..B) for the combine. Every thread of the CTA must call
-// it; every thread gets the item (through `shared_item`, a slot of shared memory).
+// computes it; it reads the index tensors only and writes nothing to global memory, so it may run before the
+// grid wait. Every thread of the CTA must call it; every thread gets the item (through `shared_item`, a slot of
+// shared memory).
 __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_item) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    const bool writes_req = blockIdx.x == 0 && blockIdx.y == 0;
     // Lane l's first request's indices, loaded with the first pass's prefix lengths (one round trip).
     RequestIndices first_idx{};
     if (lane < a.B) first_idx = request_indices(a, lane);
@@ -254,7 +255,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     // slots [slot0, slot0 + n).
     int run_split = 0, run_slot = 0;
     bool found = false;
-    for (int base = 0; base < a.B && (writes_req || run_split <= c); base += 32) {
+    for (int base = 0; base < a.B && run_split <= c; base += 32) {
       const int b = base + lane;
       int P = 0, n = 0;
       if (b < a.B) {
@@ -265,12 +266,11 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
       const int2 off = warp_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot);
       if (b < a.B) {
         const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
-        if (writes_req) a.req[b] = make_int2(n, slot0);
         if (c >= first && c < first + n) {
           // Only the last split can start past the prefix (then it holds the draft tail alone).
           const int k = c - first;
           const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, k == n - 1,
+          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, n, k == n - 1,
                                   base == 0 ? first_idx : request_indices(a, b)};
           found = true;
         }
@@ -278,7 +278,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
       run_split += tot.x;
       run_slot += tot.y;
     }
-    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, false, {}};
+    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, 0, false, {}};
   }
   __syncthreads();
   const WorkItem item = *shared_item;
@@ -288,8 +288,9 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
 
 // ---------------------------------------------------------------------------------------------------------
 // Main kernel. grid = (row tiles, G): the row tiles of one split run side by side, so a split's KV rows are
-// fetched from HBM once and re-read from L2 by the other row tiles. The main kernel is an ordinary launch; the
-// combine is its programmatic dependent (grid_dependency_wait at the combine's start).
+// fetched from HBM once and re-read from L2 by the other row tiles. With early start the main kernel is a
+// programmatic dependent of the kernel before it (grid_dependency_wait after its plan); the combine always is the
+// main kernel's (grid_dependency_wait at the combine's start).
 // ---------------------------------------------------------------------------------------------------------
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
@@ -298,7 +299,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
 // request's index tensors. decode_work returns false when the CTA has nothing to do (an idle work item, or a row
 // tile past the request's rows).
 struct SplitWork {
-  int ext, rows_b, row0, P, key_begin, key_end, slot;
+  int request, splits, ext, rows_b, row0, P, key_begin, key_end, slot;
   int64_t qo_start, kv_start, mask_start;
   bool does_tail;  // the request's last split also attends to the draft tail
   float k_scale, v_scale;
@@ -324,6 +325,8 @@ __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, Wor
   w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
   const WorkItem wk = plan_work_item(a, blockIdx.y, shared_item);
   if (wk.request < 0) return false;
+  w.request = wk.request;
+  w.splits = wk.splits;
   w.qo_start = wk.idx.qo_start;
   const int ext = (int)(wk.idx.qo_end - wk.idx.qo_start);
   w.ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
@@ -338,6 +341,13 @@ __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, Wor
   w.does_tail = wk.tail;
   w.mask_start = wk.idx.mask_start;
   return true;
+}
+
+// After the grid wait: the request's entry for the combine, {splits, first partial slot}, written by the CTA that
+// holds its last split in row tile 0 (every request with draft tokens has one; the combine skips the others).
+__device__ __forceinline__ void publish_request(const KernelArgs& a, const SplitWork& w) {
+  if (blockIdx.x == 0 && w.does_tail && threadIdx.x == 0)
+    a.req[w.request] = make_int2(w.splits, w.splits > 1 ? w.slot - (w.splits - 1) : -1);
 }
 
 // sm_120-class parts have ~99 KB of shared memory per block: the host never launches the large tiles there,
@@ -357,7 +367,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const Kernel
 template <class C, typename IdxT>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
-  if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_Q);
   __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + C::OFF_KV);
@@ -372,6 +381,9 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   SplitWork w;
   static_assert(sizeof(WorkItem) <= C::M_TILE * C::P_LD * 2, "the plan's work item lives in the P buffer");
   if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
+  grid_dependency_wait();  // the kernel before this call has finished: q, the flags and the workspace are ours
+  if (output_choice(a) == kOutNone) return;
+  publish_request(a, w);
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;
@@ -784,6 +796,7 @@ struct CombineLane {
 template <class L>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const KernelArgs a) {
   phase_mark(kPhaseCombine, 0);
+  grid_dependency_release();  // the next call's main kernel may start its plan; it waits for this grid
   grid_dependency_wait();  // every split of the main kernel has written its partial
   phase_mark(kPhaseCombine, 1);
   const int choice = output_choice(a);
@@ -847,6 +860,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
 __global__ void verify_gate_kernel(int32_t* state, const void* qo, void* qo_gated, int64_t n, int is64,
                                    int32_t* enable) {
   __shared__ int s_zero;
+  grid_dependency_release();  // the main kernel may start its plan; it waits for this grid before reading enable
   if (threadIdx.x == 0) {
     const int mode = state[0];
     const uint32_t every = state[1] < 1 ? 1u : (uint32_t)state[1];

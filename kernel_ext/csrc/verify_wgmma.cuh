@@ -11,9 +11,11 @@
 //                  the k-steps of a part of the keys start as soon as that part of P is written.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
 // next is gathered with cp.async (8 threads per row, both warpgroups); at the start both stages are free, so
-// tiles 0 and 1 are gathered together with Q. The draft tail is one more tile whose K rows come from k_extend;
-// its V rows (v_extend) go to the other stage, free by then, while the tail's scores are computed; its
-// visibility bits are read from the mask with the first row ids, before the loop, half by each warpgroup.
+// tiles 0 and 1 are gathered together with Q. The plan, the row ids of tiles 0 and 1 and the draft tail's mask
+// bits come before the grid wait (with early start they overlap the kernel before the call), Q and every write
+// after it. The draft tail is one more tile whose K rows come from k_extend; its V rows (v_extend) go to the
+// other stage, free by then, while the tail's scores are computed; its visibility bits are read from the mask
+// with the first row ids, before the loop, half by each warpgroup.
 #pragma once
 
 #include "verify_kernels.cuh"
@@ -37,23 +39,36 @@ struct WgmmaTiles {
   static_assert(kSplitAlign % N_TILE == 0, "split boundaries must fall on tile boundaries");
 };
 
-// 16-byte global->shared copy to a shared address; src_bytes == 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+// 16-byte global->shared copy to a shared address; src_bytes == 0 writes zeros and reads nothing. READ_ONCE:
+// with the L2 eviction `policy` of l2_evict_first_policy (the line goes first when L2 needs room).
+template <bool READ_ONCE = false>
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, int src_bytes, uint64_t policy = 0) {
+  if constexpr (READ_ONCE)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(policy));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
 }
 
 // Gather the first NB 64-dim column blocks of one row into a 128B-swizzled tile, as one of the 8 threads of that
 // row (16-byte piece q of every block). A warp's copy thus covers whole 128-byte lines of 4 rows, which an SM
 // gathers about 3x faster from L2 than the half lines of 4 threads per row (kernel_ext/device/gather_rate.cu).
-// Invalid rows are zero-filled from `dummy` (never read).
-template <int NB>
+// Invalid rows are zero-filled from `dummy` (never read). READ_ONCE, policy: as cp_async16_to.
+template <int NB, bool READ_ONCE = false>
 __device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const __nv_bfloat16* src, bool valid,
-                                           const __nv_bfloat16* dummy) {
+                                           const __nv_bfloat16* dummy, uint64_t policy = 0) {
   const uint32_t line = tile + row * 128 + ((uint32_t)(q ^ (row & 7)) << 4);
   const char* from = reinterpret_cast<const char*>(valid ? src + q * 8 : dummy);
   const int step = valid ? 128 : 0, bytes = valid ? 16 : 0;
 #pragma unroll
-  for (int b = 0; b < NB; ++b) cp_async16_to(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes);
+  for (int b = 0; b < NB; ++b)
+    cp_async16_to<READ_ONCE>(line + b * WgmmaTiles::BLOCK_BYTES, from + b * step, bytes, policy);
 }
 
 // 2^x on the MUFU unit alone. exp2f adds a range check and two multiplies per call so that results below 2^-126
@@ -85,7 +100,7 @@ __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const S
 }
 
 // PARTS: the parts of each tile's 64 keys whose P V is issued as soon as their weights are written (1 or 4; the
-// launch picks by the number of row tiles, verify_api.cu).
+// launch picks by the number of row tiles, verify_api.cu: 1 where one row tile reads each key, once).
 template <typename IdxT, int PARTS>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a);
 
@@ -102,7 +117,6 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   using C = WgmmaTiles;
   phase_mark(kPhaseMain, 0);
   grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
-  if (output_choice(a) == kOutNone) return;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const uint32_t sQ = smem_u32(smem + C::OFF_Q), sKV = smem_u32(smem + C::OFF_KV);
@@ -127,16 +141,14 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const int gr = tid >> 3, gq = tid & 7;
   constexpr int kBlocksK = kDimQK / 64, kBlocksV = kDimV / 64;
 
-  // Q tile (rows past the request's last row are zero).
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int grow = row0 + gr + 32 * hr, t = grow / H, h = grow - t * H;
-    gather_row<kBlocksK>(sQ, gr + 32 * hr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
-  }
-
   const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
   const int n_iter = n_tiles + (w.does_tail ? 1 : 0);  // the draft tail is the last tile
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
+  // The one-part kernel runs where a single row tile streams the split's keys from HBM (verify_api.cu), so each
+  // key row is read once: its lines are gathered evict-first (measured: a third less copy wait per tile,
+  // docs/perf.md, v45). Where several row tiles share a split, the others re-read the keys from L2.
+  constexpr bool kKeysReadOnce = PARTS == 1;
+  const uint64_t kv_policy = kKeysReadOnce ? l2_evict_first_policy() : 0;
   auto row_id = [&](int kt, int r) -> int {
     const int key = key_begin + kt * C::N_TILE + r;
     return kt < n_tiles && key < key_end ? (int)kv_indices[w.kv_start + key] : 0;
@@ -150,8 +162,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
       if (it >= n_tiles)
         gather_row<kBlocksK>(dst, r, gq, a.kx + (qo_start + r) * a.skx, r < ext, a.kx);
       else
-        gather_row<kBlocksK>(dst, r, gq, a.kv + (int64_t)sIdx[(it & 1) * C::N_TILE + r] * a.skv,
-                             key_begin + it * C::N_TILE + r < key_end, a.kv);
+        gather_row<kBlocksK, kKeysReadOnce>(dst, r, gq, a.kv + (int64_t)sIdx[(it & 1) * C::N_TILE + r] * a.skv,
+                                            key_begin + it * C::N_TILE + r < key_end, a.kv, kv_policy);
     }
   };
 
@@ -167,7 +179,16 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   if (w.does_tail && !scores) sVis[tid & 127] = tail_vis;
   __syncthreads();
   if (w.does_tail && scores) tail_vis |= sVis[tid];
+  grid_dependency_wait();  // the kernel before this call has finished: q, the flags and the workspace are ours
+  if (output_choice(a) == kOutNone) return;
+  publish_request(a, w);
   phase_mark(kPhaseMain, 2);
+  // Q tile (rows past the request's last row are zero), in the first copy group with tile 0.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int grow = row0 + gr + 32 * hr, t = grow / H, h = grow - t * H;
+    gather_row<kBlocksK>(sQ, gr + 32 * hr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
+  }
   if (n_iter > 0) load_tile(0, 0);
   cp_async_commit();
   if (n_iter > 1) load_tile(1, 1);

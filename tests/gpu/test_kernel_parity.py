@@ -67,3 +67,10 @@ def test_graph_replay_follows_inputs_and_gate_without_recapture():
 
     failed = [c["check"] for c in gpu_parity.check_graph_replay() if not c["passed"]]
     assert not failed, failed
+
+
+def test_early_start_back_to_back_equals_plain_stream_order():
+    from kernel_ext import gpu_parity
+
+    failed = [c["check"] for c in gpu_parity.check_early_start() if not c["passed"]]
+    assert not failed, failed

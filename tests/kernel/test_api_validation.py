@@ -69,6 +69,11 @@ def test_non_tensor_argument_is_named(case):
         api.verify_attention(*args)
 
 
+def test_early_start_must_be_a_bool(case):
+    with pytest.raises(ValueError, match=r"early_start must be True or False, got 1"):
+        api.verify_attention(*case.args(), early_start=1)
+
+
 def test_importing_kernel_ext_does_not_import_torch():
     code = "import sys, kernel_ext; print(kernel_ext.ABI_VERSION, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -2,6 +2,7 @@
 
 The CUDA kernel cannot run here; this stand-in checks every argument the way kernel_ext.api documents it
 (enable: the int32 pair {serve, sample} with o_alt, the output chosen from it as the kernel does on the device;
+early_start: a bool, which the dispatcher may set only because its gate launch comes right before;
 custom_enable: int32 with >= 2; workspaces: contiguous uint8 of at least workspace_bytes() /
 SHADOW_WORKSPACE_BYTES; gate rows contiguous) and computes with the split-K reference and the torch epilogue,
 so the dispatcher's use of the real API is exercised in all three modes. tests/gpu/test_plugin_graph.py runs
@@ -28,13 +29,18 @@ class KernelExtContract:
 
     def __init__(self):
         self.launches = []  # (serve, sample) flags each verify launch saw
+        self.early_starts = []  # early_start of each verify launch
+        self.last_launch = None  # "gate" or "verify": what the launch before this one was
         self.epilogues = 0
 
     @staticmethod
     def workspace_bytes(batch, heads, max_len_extend, device):
         return batch * heads * max_len_extend * 8
 
-    def verify_attention(self, *args, enable=None, o_alt=None, workspace=None, **kwargs):
+    def verify_attention(self, *args, enable=None, o_alt=None, workspace=None, early_start=False, **kwargs):
+        assert isinstance(early_start, bool) and (not early_start or self.last_launch == "gate")
+        self.early_starts.append(early_start)
+        self.last_launch = "verify"
         assert enable is not None and enable.dtype == torch.int32 and enable.numel() == 2 and enable.is_contiguous()
         assert o_alt is not None and o_alt.shape == args[3].shape and o_alt.dtype == args[3].dtype
         need = self.workspace_bytes(args[6].numel() - 1, args[0].shape[1], args[12], None)
@@ -49,6 +55,7 @@ class KernelExtContract:
 
     def shadow_accumulate(self, o, scratch, enable, counters, bin_edges, workspace):
         assert scratch.shape == o.shape and enable.numel() == 2 and counters.dtype == torch.float64
+        self.last_launch = "epilogue"
         assert workspace.dtype == torch.uint8 and workspace.numel() >= _lib.SHADOW_WORKSPACE_BYTES
         self.epilogues += 1
         torch_shadow_epilogue(o, scratch, enable, counters, bin_edges)
@@ -60,6 +67,7 @@ class KernelExtContract:
         assert custom_enable.dtype == torch.int32 and custom_enable.numel() >= 2
         assert qo_indptr_gated.dtype == qo_indptr.dtype and qo_indptr_gated.numel() == qo_indptr.numel()
         torch_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable)
+        self.last_launch = "gate"
 
 
 @pytest.mark.parametrize("mode", ["triton", "shadow", "custom"])
@@ -81,6 +89,7 @@ def test_cuda_kernel_set_drives_the_api_correctly(runtime, write_control, mode):
     (splitk_extend_attention_fwd if mode == "custom" else reference_extend_attention_fwd)(*batch.args(expected))
     assert torch.equal(out, expected)
     assert contract.launches == {"triton": [(0, 0)], "shadow": [(0, 1)], "custom": [(1, 0)]}[mode]
+    assert contract.early_starts == [True]
     assert contract.epilogues == 1 and int(runtime.state.counters[1, CALLS]) == 1
     assert seen == [[0, 0, 0] if mode == "custom" else batch.qo_indptr.tolist()]
     assert int(runtime.state.counters[1, COMPARED]) == (mode == "shadow")
