@@ -272,7 +272,8 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
         report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                       triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
-                      early_start=not args.no_early_start, seconds=time.time() - started, rows=rows, summary=summarise(rows))
+                      early_start=not args.no_early_start, seconds=time.time() - started, rows=rows,
+                      summary=summarise(rows))
         (args.out / "bench.json").write_text(json.dumps(report, indent=1))  # a run cut short keeps its rows
     (args.out / "bench.md").write_text(markdown(report))
     plot(report, args.out / "bench.png")

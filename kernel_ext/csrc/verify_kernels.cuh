@@ -343,11 +343,17 @@ __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, Wor
   return true;
 }
 
-// After the grid wait: the request's entry for the combine, {splits, first partial slot}, written by the CTA that
-// holds its last split in row tile 0 (every request with draft tokens has one; the combine skips the others).
-__device__ __forceinline__ void publish_request(const KernelArgs& a, const SplitWork& w) {
+// The point from which a main-kernel CTA may touch what the kernel before the call writes or reads: before it,
+// only index tensors are read (the plan, the first row ids). Waits for that kernel (a no-op without early start),
+// then returns false when the live-switch flags say this call writes nothing. Otherwise the CTA holding the
+// request's last split in row tile 0 writes the request's entry for the combine, {splits, first partial slot}
+// (every request with draft tokens has one such CTA; the combine skips the others).
+__device__ __forceinline__ bool begin_output(const KernelArgs& a, const SplitWork& w) {
+  grid_dependency_wait();
+  if (output_choice(a) == kOutNone) return false;
   if (blockIdx.x == 0 && w.does_tail && threadIdx.x == 0)
     a.req[w.request] = make_int2(w.splits, w.splits > 1 ? w.slot - (w.splits - 1) : -1);
+  return true;
 }
 
 // sm_120-class parts have ~99 KB of shared memory per block: the host never launches the large tiles there,
@@ -381,9 +387,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   SplitWork w;
   static_assert(sizeof(WorkItem) <= C::M_TILE * C::P_LD * 2, "the plan's work item lives in the P buffer");
   if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
-  grid_dependency_wait();  // the kernel before this call has finished: q, the flags and the workspace are ours
-  if (output_choice(a) == kOutNone) return;
-  publish_request(a, w);
+  if (!begin_output(a, w)) return;
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
   const int64_t qo_start = w.qo_start;

@@ -179,9 +179,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   if (w.does_tail && !scores) sVis[tid & 127] = tail_vis;
   __syncthreads();
   if (w.does_tail && scores) tail_vis |= sVis[tid];
-  grid_dependency_wait();  // the kernel before this call has finished: q, the flags and the workspace are ours
-  if (output_choice(a) == kOutNone) return;
-  publish_request(a, w);
+  if (!begin_output(a, w)) return;
   phase_mark(kPhaseMain, 2);
   // Q tile (rows past the request's last row are zero), in the first copy group with tile 0.
 #pragma unroll
