@@ -207,10 +207,10 @@ __device__ __forceinline__ RequestIndices request_indices(const KernelArgs& a, i
 }
 
 // A main-kernel CTA's share of the call: prefix keys [key_begin, key_end) of a request (-1: idle CTA), its
-// partial slot (-1: the request's only split, written to o directly), whether it also takes the draft tail, and
-// the request's index entries.
+// partial slot (-1: the request's only split, written to o directly), whether it also takes the draft tail, the
+// request's index entries, and how many splits the whole call has (call_splits).
 struct WorkItem {
-  int request, key_begin, key_end, slot, splits;
+  int request, key_begin, key_end, slot, splits, call_splits;
   bool tail;
   RequestIndices idx;
 };
@@ -233,8 +233,9 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     const long long first_chunk = (total + a.G_target - 1) / a.G_target;
     unsigned chunk = first_chunk > kMaxChunk ? kMaxChunk : round_up((unsigned)first_chunk, kSplitAlign);
     if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+    unsigned cnt = 0;  // the call's splits at the current chunk
     for (int it = 0; it < 64; ++it) {
-      unsigned cnt = 0;
+      cnt = 0;
       for (int b = lane; b < a.B; b += 32) cnt += splits_of(work_keys(a, b), chunk);
       cnt = warp_sum(cnt);
       if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
@@ -270,7 +271,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
           // Only the last split can start past the prefix (then it holds the draft tail alone).
           const int k = c - first;
           const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, n, k == n - 1,
+          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, n, (int)cnt, k == n - 1,
                                   base == 0 ? first_idx : request_indices(a, b)};
           found = true;
         }
@@ -278,7 +279,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
       run_split += tot.x;
       run_slot += tot.y;
     }
-    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, 0, false, {}};
+    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, 0, 0, false, {}};
   }
   __syncthreads();
   const WorkItem item = *shared_item;
@@ -299,7 +300,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
 // request's index tensors. decode_work returns false when the CTA has nothing to do (an idle work item, or a row
 // tile past the request's rows).
 struct SplitWork {
-  int request, splits, ext, rows_b, row0, P, key_begin, key_end, slot;
+  int request, splits, call_splits, ext, rows_b, row0, P, key_begin, key_end, slot;
   int64_t qo_start, kv_start, mask_start;
   bool does_tail;  // the request's last split also attends to the draft tail
   float k_scale, v_scale;
@@ -327,6 +328,7 @@ __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, Wor
   if (wk.request < 0) return false;
   w.request = wk.request;
   w.splits = wk.splits;
+  w.call_splits = wk.call_splits;
   w.qo_start = wk.idx.qo_start;
   const int ext = (int)(wk.idx.qo_end - wk.idx.qo_start);
   w.ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);

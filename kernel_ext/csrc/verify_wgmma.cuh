@@ -10,12 +10,13 @@
 //                  same K tile: V is the first 512 dims of each gathered row), fp32 in registers; with PARTS > 1
 //                  the k-steps of a part of the keys start as soon as that part of P is written.
 // Q (72 KB) and two KV stages (72 KB each) live in 128B-swizzled shared memory; while one tile is computed the
-// next is gathered with cp.async (8 threads per row, both warpgroups); at the start both stages are free, so
-// tiles 0 and 1 are gathered together with Q. The plan, the row ids of tiles 0 and 1 and the draft tail's mask
-// bits come before the grid wait (with early start they overlap the kernel before the call), Q and every write
-// after it. The draft tail is one more tile whose K rows come from k_extend; its V rows (v_extend) go to the
-// other stage, free by then, while the tail's scores are computed; its visibility bits are read from the mask
-// with the first row ids, before the loop, half by each warpgroup.
+// next is gathered with cp.async (8 threads per row, both warpgroups). At the start both stages are free: in a
+// call of few CTAs tile 1 is gathered together with Q and tile 0; where the CTAs fill half a wave or more, tile 0
+// is requested alone and tile 1 follows S(0), as every later tile (tile1_with_q). The plan, the row ids of tiles
+// 0 and 1 and the draft tail's mask bits come before the grid wait (with early start they overlap the kernel
+// before the call), Q and every write after it. The draft tail is one more tile whose K rows come from k_extend;
+// its V rows (v_extend) go to the other stage, free by then, while the tail's scores are computed; its visibility
+// bits are read from the mask with the first row ids, before the loop, half by each warpgroup.
 #pragma once
 
 #include "verify_kernels.cuh"
@@ -187,10 +188,16 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     const int grow = row0 + gr + 32 * hr, t = grow / H, h = grow - t * H;
     gather_row<kBlocksK>(sQ, gr + 32 * hr, gq, a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1, grow < rows_b, a.q);
   }
+  // Tile 1 with Q and tile 0 saves a copy round trip where the memory system has bandwidth to spare (a call of
+  // few CTAs). Where the CTAs fill half a wave or more, their gathers compete for it: tile 0 requested alone
+  // lands ~2 us sooner and tile 1 streams while tile 0 is computed (docs/perf.md, v46).
+  const bool tile1_with_q = w.call_splits < a.G_target / 2;
   if (n_iter > 0) load_tile(0, 0);
   cp_async_commit();
-  if (n_iter > 1) load_tile(1, 1);
-  cp_async_commit();
+  if (tile1_with_q) {
+    if (n_iter > 1) load_tile(1, 1);
+    cp_async_commit();
+  }
   int next_id = tid < C::N_TILE ? row_id(2, tid) : 0;  // ids of tile it + 2, stored once slot it & 1 is free
 
   float acc[128];
@@ -211,7 +218,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     const uint32_t sK = sKV + stage * C::TILE_BYTES;
     const bool tail = it >= n_tiles;
     waits.start();
-    if (it == 0) cp_async_wait<1>();  // Q and tile 0 (tile 1 may still be in flight)
+    if (it == 0 && tile1_with_q) cp_async_wait<1>();  // Q and tile 0 (tile 1 may still be in flight)
     else cp_async_wait<0>();
     waits.copies_done();
     wgmma_wait<0>();  // P V of the previous tile
@@ -241,7 +248,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
         const int r = gr + 32 * hr;
         gather_row<kBlocksV>(sKV + (stage ^ 1) * C::TILE_BYTES, r, gq, a.vx + (qo_start + r) * a.svx, r < ext, a.vx);
       }
-    } else if (it > 0 && it + 1 < n_iter) {
+    } else if (it + 1 < n_iter && (it > 0 || !tile1_with_q)) {
       load_tile(it + 1, stage ^ 1);
     }
     cp_async_commit();
