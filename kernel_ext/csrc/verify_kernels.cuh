@@ -740,7 +740,9 @@ using CombineTwoSplits = CombineLayout<1, 2, 2>;
 // Up to 8: 2 groups over 128-dim slices, 4 splits per lane in one batch.
 using CombineFewSplits = CombineLayout<2, 1, 4>;
 // More (small batches with long prefixes): 8 groups over 32-dim slices, so a row's splits spread over 16 warps.
-using CombineManySplits = CombineLayout<8, 1, 4>;
+// A request with more than 32 splits is merged 6 per lane and batch, still in 64 registers (a lane of a 132-SM
+// wave's 33-split request then takes one batch, not two).
+using CombineManySplits = CombineLayout<8, 1, 4, 6>;
 // More than 32 with few rows: CombineManySplits, but a request with more than 32 splits is merged 17 splits per
 // batch, so that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's
 // split), at the cost of registers: for calls whose warp items fit in one wave at one block per SM.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Groundwork for a cluster merge of partials: cluster residency and the epilogue's cost (cluster_rate.cu, from
-# results/ab_v46_h200/cluster_rate.patch: git apply it first); ncu of the main kernel at 8/8/4/16384 (a median
-# memory-bound shape). Call 4 of v46 ran an earlier form without the inner timeouts and hung (README).
+# Groundwork for a cluster merge of partials: cluster residency and the epilogue's cost
+# (kernel_ext/device/cluster_rate.cu); ncu of v46's main kernel at 8/8/4/16384 (a median memory-bound shape,
+# kernel_ext/build/libcutover_verify.so built from v46). Call 4 of v46 ran an earlier form without the inner
+# timeouts and hung (results/ab_v46_h200/README.md).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
