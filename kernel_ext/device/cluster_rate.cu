@@ -1,5 +1,5 @@
-// What merging split partials inside a thread-block cluster would cost on the H200, measured before the verify
-// kernel is changed to do it (docs/perf.md, "What would close the gap", item 4):
+// What merging split partials inside a thread-block cluster would cost on the H200 (docs/perf.md, "What would
+// close the gap", item 4; results/ab_v47_h200/call1/: it would cost more than it saves, so the kernel does not):
 //  1. how many CTAs of the wgmma main kernel's shape (256 threads, WgmmaTiles::SMEM_BYTES of shared memory) can be
 //     resident at once in clusters of 1, 2, 4, 8 or 16 (cudaOccupancyMaxActiveClusters; 16 is queried, not timed):
 //     below 132 the plan's one wave of splits would not fit;
