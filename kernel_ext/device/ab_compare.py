@@ -2,13 +2,17 @@
 
     python kernel_ext/device/ab_compare.py BASE/bench.json NEW/bench.json
 
-A ratio below 1 means NEW is faster. Shapes are matched on (H, T, batch, prefix, mask).
+A ratio below 1 means NEW is faster. Shapes are matched on (H, T, batch, prefix, mask) and grouped by issue 6's
+classes (memory-bound: H x T <= 64; `kernel_ext.bench.shape_class`), so both reports group alike whatever
+ceilings their processes measured. Run with the repository root on PYTHONPATH.
 """
 from __future__ import annotations
 
 import json
 import statistics
 import sys
+
+from kernel_ext.bench import shape_class
 
 
 def _rows(path: str) -> dict[tuple, dict]:
@@ -31,9 +35,9 @@ def main(argv: list[str]) -> int:
     ratio = {k: new[k]["ours_us"] / base[k]["ours_us"] for k in shared}
     print(f"time NEW / BASE over {len(shared)} shapes: {_stats(list(ratio.values()))}")
     print(f"  shapes >= 1 ms (base): {_stats([ratio[k] for k in shared if base[k]['ours_us'] >= 1000])}")
-    for bound in ("memory", "compute"):
-        keys = [k for k in shared if base[k]["bound"] == bound]
-        print(f"  {bound}-bound: {_stats([ratio[k] for k in keys])}")
+    for cls in ("memory", "compute"):
+        keys = [k for k in shared if shape_class(base[k]) == cls]
+        print(f"  {cls}-bound: {_stats([ratio[k] for k in keys])}")
         for name, rows in (("base", base), ("new", new)):
             fr = [rows[k]["roofline_fraction"] for k in keys]
             big = [rows[k]["roofline_fraction"] for k in keys if max(rows[k]["floor_mem_us"], rows[k]["floor_flop_us"]) >= 50]
