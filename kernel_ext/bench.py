@@ -222,7 +222,7 @@ def plot(report: dict, path: Path) -> None:
     axes[0].set_yscale("log")
     axes[0].set_title("speedup vs SGLang Triton extend_attention_fwd")
     axes[1].bar(x, [100 * r["roofline_fraction"] for r in rows],
-                color=["tab:blue" if r["bound"] == "memory" else "tab:orange" for r in rows])
+                color=["tab:blue" if shape_class(r) == "memory" else "tab:orange" for r in rows])
     axes[1].set_title("% of roofline bound (blue memory-bound, orange compute-bound)")
     for ax in axes:
         ax.set_xticks(list(x))

@@ -13,16 +13,17 @@ constexpr int kPhaseSlots = 9;     // marks (0-6) and facts (7, 8) per CTA
 constexpr int kPhaseCtas = 4096;   // CTAs recorded per kernel (main, combine)
 enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
 
-#ifdef CUTOVER_PHASE_TIMES
-// [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot 7 holds the CTA's iteration count and its loop-top
-// copy-wait cycles, slot 8 its loop-top P V-wait and barrier cycles
-__device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];
-
+// The GPU's nanosecond clock (%globaltimer), shared by every SM.
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+
+#ifdef CUTOVER_PHASE_TIMES
+// [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot 7 holds the CTA's iteration count and its loop-top
+// copy-wait cycles, slot 8 its loop-top P V-wait and barrier cycles
+__device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];
 
 // This CTA's row of g_phase, or nullptr past kPhaseCtas.
 __device__ __forceinline__ unsigned long long (*phase_row(PhaseKernel kernel))[2] {

@@ -38,12 +38,6 @@ constexpr int kThreads = 256, kRows = 64, kLaunches = 50;
     }                                                                                    \
   } while (0)
 
-__device__ __forceinline__ long long global_ns() {
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // S: cluster size. work == 0: the same kernel without the epilogue (launch and residency cost alone).
 template <int S>
 __global__ void __launch_bounds__(kThreads, 1) epilogue_kernel(__half* part, int work, long long* ns) {
@@ -63,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1) epilogue_kernel(__half* part, int
   } else {
     __syncthreads();
   }
-  const long long t0 = global_ns();
+  const unsigned long long t0 = global_ns();
   if (work) {
     if constexpr (S > 1) {
       auto cluster = cg::this_cluster();
@@ -105,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) epilogue_kernel(__half* part, int
     }
   }
   __syncthreads();
-  if (tid == 0) ns[blockIdx.x] = global_ns() - t0;
+  if (tid == 0) ns[blockIdx.x] = (long long)(global_ns() - t0);
 }
 
 struct Result {
