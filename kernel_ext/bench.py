@@ -3,12 +3,14 @@
     python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
-SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. KV rows are
-scattered over a pool of at least 256 MB and small shapes rotate through several index sets, so the L2 cache
-does not serve repeated calls. The roofline bound is max(min bytes / copy bandwidth, flops / bf16 matmul
-rate), both ceilings measured in the same run. Our calls run with early start, as the plugin runs them (each
-call may plan while the kernel before it finishes: here the previous call's combine, in the plugin the gate);
---no-early-start times them in plain stream order. Writes bench.json, bench.md and bench.png into --out.
+SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs (eagerly). Each
+timed launch is queued behind a spin kernel, so the host's submission is not part of the time
+(`kernel_ext.cudagraph.time_queued`). KV rows are scattered over a pool of at least 256 MB and small shapes
+rotate through several index sets, so the L2 cache does not serve repeated calls. The roofline bound is
+max(min bytes / copy bandwidth, flops / bf16 matmul rate), both ceilings measured in the same run. Our calls run
+with early start, as the plugin runs them (each call may plan while the kernel before it finishes: here the
+previous call's combine, in the plugin the gate); --no-early-start times them in plain stream order. Writes
+bench.json, bench.md and bench.png into --out.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 
 from kernel_ext import api
-from kernel_ext.cudagraph import capture_graph
+from kernel_ext.cudagraph import EAGER_BUSY_CYCLES, capture_graph, replay_ms, time_queued
 from kernel_ext.gpu_parity import load_sglang_triton
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
 from kernel_ext.testing import random_tree_parents, tree_tail_mask
@@ -69,30 +71,16 @@ def time_graph(fn, reps: int, calls: int = 1) -> float:
     graph = capture_graph(fn, calls)
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
+    ms = replay_ms(graph, reps, calls)
     del graph
-    return statistics.median(times)
+    return ms
 
 
 def time_eager(fn, reps: int) -> float:
+    """Median milliseconds of one eager call (its kernels queued before the GPU reaches them)."""
     fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(time_queued(fn, reps, EAGER_BUSY_CYCLES))
 
 
 class Shape:

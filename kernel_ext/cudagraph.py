@@ -1,8 +1,38 @@
-"""CUDA-graph capture after warm-up, shared by the benchmarks, the plugin's GPU test and the sandbox rank."""
+"""CUDA-graph capture after warm-up, shared by the benchmarks, the plugin's GPU test and the sandbox rank; and the
+benchmarks' timing of launches queued behind a spin kernel."""
 
 from __future__ import annotations
 
+import statistics
+
 import torch
+
+# GPU cycles of the spin kernel queued before each timed launch: the GPU reaches the start event only after the
+# host has submitted the work, so the time excludes the host's share (a call inside the model's captured graph
+# follows other kernels without it). ~100 us covers a graph replay's submission; an eager call of Python-launched
+# kernels can take the host longer than that, so those wait behind ~2 ms (at ~2 GHz).
+BUSY_CYCLES = 200_000
+EAGER_BUSY_CYCLES = 4_000_000
+
+
+def time_queued(launch, reps: int, busy_cycles: int = BUSY_CYCLES) -> list[float]:
+    """Milliseconds of `launch()` (work it enqueues on the current stream), `reps` times, each queued behind a
+    spin kernel of `busy_cycles` and timed by CUDA events around it."""
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(busy_cycles)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, reps: int, calls: int = 1) -> float:
+    """Median milliseconds of one of the `calls` calls a captured graph holds (time_queued of its replays)."""
+    return statistics.median(time_queued(graph.replay, reps)) / calls
 
 
 def capture_graph(fn, calls: int = 1, warmups: int = 2) -> torch.cuda.CUDAGraph:

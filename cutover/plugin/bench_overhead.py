@@ -15,7 +15,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import tempfile
 
 import torch
@@ -30,17 +29,11 @@ SHAPES = [  # (heads, draft tokens T, batch, prefix)
 
 
 def _time_us(graph, reps: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
+    from kernel_ext.cudagraph import replay_ms
+
     for _ in range(3):
         graph.replay()
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / CALLS_PER_GRAPH)
-    return statistics.median(samples)
+    return replay_ms(graph, reps, CALLS_PER_GRAPH) * 1000.0
 
 
 def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:

@@ -2,7 +2,7 @@
 
     python -m kernel_ext.build --arch sm_90a --define CUTOVER_PHASE_TIMES --out kernel_ext/build/phase
     CUTOVER_KERNEL_LIB=$PWD/kernel_ext/build/phase/libcutover_verify.so \\
-        python kernel_ext/device/phase_times.py [--shapes "8,8,1,1024 8,8,4,16384"] [--json FILE]
+        python kernel_ext/device/phase_times.py [--shapes "8,8,1,1024 8,8,4,16384"] [--json FILE] [--raw DIR]
 
 The library built with CUTOVER_PHASE_TIMES (csrc/phase_clock.cuh) has thread 0 of each wgmma main-kernel CTA
 write %globaltimer and clock64 at: entry, plan and request decoded, row ids of tiles 0-1 loaded, Q and tile 0
@@ -76,7 +76,7 @@ def one_call(marks: np.ndarray) -> dict:
     }
 
 
-def measure(lib, spec: str, replays: int) -> dict:
+def measure(lib, spec: str, replays: int, raw_dir: Path | None = None) -> dict:
     H, T, batch, prefix = (int(x) for x in spec.split(","))
     shape = Shape(H, T, batch, prefix, "tree")
     graph = capture_graph(rotating(shape, lambda *a, ws=shape.workspace: api.verify_attention(*a, workspace=ws)),
@@ -86,7 +86,12 @@ def measure(lib, spec: str, replays: int) -> dict:
         read_marks(lib)
         graph.replay()
         torch.cuda.synchronize()
-        calls.append(one_call(read_marks(lib)))
+        marks = read_marks(lib)
+        calls.append(one_call(marks))
+    if raw_dir is not None:  # the last replay's marks of the CTAs that wrote any, [kernel][cta][slot][ns, clock]
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        used = np.flatnonzero((marks[:, :, 0, 0] > 0).any(axis=0))
+        np.savez_compressed(raw_dir / f"marks_{spec.replace(',', '_')}.npz", cta=used, marks=marks[:, used])
     calls = calls[1:]  # the first replay warms the graph
     med = lambda key: round(statistics.median(c[key] for c in calls), 2)  # noqa: E731
     row = {"shape": spec, "sets": shape.sets, "ctas": calls[0]["ctas"], "sm_mhz": med("sm_mhz"),
@@ -108,12 +113,13 @@ def main() -> int:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES)
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--raw", type=Path, help="also save each shape's per-CTA marks of its last replay here (.npz)")
     args = parser.parse_args()
     lib = ctypes.CDLL(os.environ["CUTOVER_KERNEL_LIB"])
     if not hasattr(lib, "cutover_debug_phase_times"):
         raise SystemExit("this library has no phase marks: build it with --define CUTOVER_PHASE_TIMES")
     lib.cutover_last_error.restype = ctypes.c_char_p
-    rows = [measure(lib, spec, args.replays) for spec in args.shapes.split()]
+    rows = [measure(lib, spec, args.replays, args.raw) for spec in args.shapes.split()]
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
     print("times in us since the call's first CTA entry; phases of the critical CTA (median CTA in brackets)")
