@@ -3,7 +3,7 @@
     python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
-SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs (eagerly). Each
+SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. Each
 timed launch is queued behind a spin kernel, so the host's submission is not part of the time
 (`kernel_ext.cudagraph.time_queued`). KV rows are scattered over a pool of at least 256 MB and small shapes
 rotate through several index sets, so the L2 cache does not serve repeated calls. The roofline bound is
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from kernel_ext import api
-from kernel_ext.cudagraph import EAGER_BUSY_CYCLES, capture_graph, replay_ms, time_queued
+from kernel_ext.cudagraph import capture_graph, replay_ms, time_queued
 from kernel_ext.gpu_parity import load_sglang_triton
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
 from kernel_ext.testing import random_tree_parents, tree_tail_mask
@@ -77,10 +77,10 @@ def time_graph(fn, reps: int, calls: int = 1) -> float:
 
 
 def time_eager(fn, reps: int) -> float:
-    """Median milliseconds of one eager call (its kernels queued before the GPU reaches them)."""
+    """Median milliseconds of one eager call (a copy: captured, it would become a copy-engine node)."""
     fn()
     torch.cuda.synchronize()
-    return statistics.median(time_queued(fn, reps, EAGER_BUSY_CYCLES))
+    return statistics.median(time_queued(fn, reps))
 
 
 class Shape:
@@ -142,14 +142,16 @@ def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: in
                       reps=reps, calls=shape.sets)
     row = dict(H=shape.H, T=shape.T, batch=shape.batch, prefix=shape.prefix, mask=shape.mask, sets=shape.sets,
                ours_us=ours * 1e3, triton_us=None, shared_us=None)
+    calls = min(shape.sets, 4)  # SGLang's kernels are slower: fewer calls per graph
     if triton_fwd is not None:
-        calls = min(shape.sets, 4)
         row["triton_us"] = time_graph(rotating(shape, triton_fwd), reps=triton_reps, calls=calls) * 1e3
     if shared_fwd is not None and shape.mask == "chain":
+        def shared(*args):
+            return shared_fwd(*args, max_bs=max(64, shape.batch))
+
         try:
-            if shared_fwd(*shape.args(0), max_bs=max(64, shape.batch)):
-                row["shared_us"] = time_eager(lambda: shared_fwd(*shape.args(0), max_bs=max(64, shape.batch)),
-                                              reps=triton_reps) * 1e3
+            if shared(*shape.args(0)):  # False where it does not serve the shape
+                row["shared_us"] = time_graph(rotating(shape, shared), reps=triton_reps, calls=calls) * 1e3
         except Exception as exc:  # verify_shared_kv_fwd runs out of shared memory at large T
             row["shared_error"] = repr(exc)[:160]
     return row

@@ -7,12 +7,11 @@ import statistics
 
 import torch
 
-# GPU cycles of the spin kernel queued before each timed launch: the GPU reaches the start event only after the
-# host has submitted the work, so the time excludes the host's share (a call inside the model's captured graph
-# follows other kernels without it). ~100 us covers a graph replay's submission; an eager call of Python-launched
-# kernels can take the host longer than that, so those wait behind ~2 ms (at ~2 GHz).
+# GPU cycles (~100 us) of the spin kernel queued before each timed launch: the GPU reaches the start event only
+# after the host has submitted the work, so the time excludes the host's share (a call inside the model's captured
+# graph follows other kernels without it). Enough for a graph replay or a single kernel; an eager call of several
+# Python-launched kernels can take the host longer, so such calls are timed as graph replays.
 BUSY_CYCLES = 200_000
-EAGER_BUSY_CYCLES = 4_000_000
 
 
 def time_queued(launch, reps: int, busy_cycles: int = BUSY_CYCLES) -> list[float]:
