@@ -14,13 +14,13 @@ import torch
 BUSY_CYCLES = 200_000
 
 
-def time_queued(launch, reps: int, busy_cycles: int = BUSY_CYCLES) -> list[float]:
-    """Milliseconds of `launch()` (work it enqueues on the current stream), `reps` times, each queued behind a
-    spin kernel of `busy_cycles` and timed by CUDA events around it."""
+def time_queued(launch, reps: int) -> list[float]:
+    """Milliseconds of `launch()` (work it enqueues on the current stream), `reps` times, each queued behind the
+    spin kernel and timed by CUDA events around it."""
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(busy_cycles)
+        torch.cuda._sleep(BUSY_CYCLES)
         start.record()
         launch()
         end.record()
