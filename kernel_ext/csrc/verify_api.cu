@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "cutover_verify.h"
+#include "dependent_launch.cuh"
 #include "shadow_epilogue.cuh"
 #include "verify_kernels.cuh"
 #include "verify_wgmma.cuh"
@@ -214,24 +215,6 @@ int check_params(const CutoverVerifyParams* a) {
   }
   if (!aligned16(a->workspace)) return fail(CUTOVER_ERR_WORKSPACE, "workspace is not 16-byte aligned");
   return CUTOVER_OK;
-}
-
-// Launch `kernel(args)` as a programmatic dependent of the previous kernel on the stream: it may start while that
-// kernel finishes and waits for it on the device (grid_dependency_wait). Capturable into CUDA graphs.
-template <typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem, cudaStream_t stream,
-                             Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 // The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid. With early_start it is a

@@ -36,6 +36,19 @@ def kernel_us_per_call(fn, calls: int) -> tuple[float, dict]:
     return sum(names.values()), names
 
 
+def measure_chain(text: str, shared_fwd) -> dict:
+    """One chain shape "H/T/BATCH/PREFIX": graph and kernel-sum times of ours (plain order) and SGLang's."""
+    H, T, batch, prefix = map(int, text.split("/"))
+    shape = Shape(H, T, batch, prefix, "chain")
+    ours = rotating(shape, lambda *a: api.verify_attention(*a, workspace=shape.workspace))
+    shared = rotating(shape, lambda *a: shared_fwd(*a, max_bs=max(64, batch)))
+    row = dict(shape=text, sets=shape.sets)
+    for name, fn, calls in (("ours", ours, shape.sets), ("shared", shared, min(shape.sets, 4))):
+        row[f"{name}_graph_us"] = statistics.median(time_graph(fn, reps=20, calls=calls) * 1e3 for _ in range(3))
+        row[f"{name}_kernels_us"], row[f"{name}_by_kernel"] = kernel_us_per_call(fn, CALLS)
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("shapes", nargs="*", default=DEFAULT_SHAPES)
@@ -43,22 +56,11 @@ def main() -> int:
     args = parser.parse_args()
     from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
 
-    rows = []
-    for text in args.shapes:
-        H, T, batch, prefix = map(int, text.split("/"))
-        shape = Shape(H, T, batch, prefix, "chain")
-        ours = rotating(shape, lambda *a: api.verify_attention(*a, workspace=shape.workspace))
-        shared = rotating(shape, lambda *a: verify_shared_kv_fwd(*a, max_bs=max(64, batch)))
-        row = dict(shape=text, sets=shape.sets)
-        for name, fn, calls in (("ours", ours, shape.sets), ("shared", shared, min(shape.sets, 4))):
-            row[f"{name}_graph_us"] = statistics.median(time_graph(fn, reps=20, calls=calls) * 1e3 for _ in range(3))
-            row[f"{name}_kernels_us"], row[f"{name}_by_kernel"] = kernel_us_per_call(fn, CALLS)
-        rows.append(row)
-        print(f"{text:>14} ours graph {row['ours_graph_us']:6.1f} kernels {row['ours_kernels_us']:6.1f} | shared "
-              f"graph {row['shared_graph_us']:6.1f} kernels {row['shared_kernels_us']:6.1f} | ratio (graph) "
-              f"{row['shared_graph_us'] / row['ours_graph_us']:4.2f}x", flush=True)
-        del shape
-        torch.cuda.empty_cache()
+    rows = [measure_chain(text, verify_shared_kv_fwd) for text in args.shapes]
+    for r in rows:
+        print(f"{r['shape']:>14} ours graph {r['ours_graph_us']:6.1f} kernels {r['ours_kernels_us']:6.1f} | shared "
+              f"graph {r['shared_graph_us']:6.1f} kernels {r['shared_kernels_us']:6.1f} | ratio (graph) "
+              f"{r['shared_graph_us'] / r['ours_graph_us']:4.2f}x")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "chain_kernels.json").write_text(json.dumps(rows, indent=1))
     return 0

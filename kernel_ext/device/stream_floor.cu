@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "dependent_launch.cuh"
 #include "verify_wgmma.cuh"
 
 using namespace cutover;
@@ -115,20 +116,6 @@ __global__ void combine_kernel(const uint4* partials, long long n16, unsigned* s
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) sink[1] = acc;
-}
-
-template <typename... Args>
-void launch_dependent(void (*kernel)(Args...), int blocks, int threads, int smem, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 float median(std::vector<float> v) {
@@ -227,7 +214,7 @@ int main(int argc, char** argv) {
         cudaEventRecord(e0);
         stream_kernel<<<grid, kThreads, kSmem>>>(pool, set, q, s, step, partials, sink);
         if (step == kCombine)
-          launch_dependent(combine_kernel, 8 * sms, 256, 0, (const uint4*)partials,
+          launch_dependent(combine_kernel, dim3(8 * sms), 256, 0, cudaStream_t(0), (const uint4*)partials,
                            (long long)grid * (kPartialBytes + kStatBytes) / 16, sink);
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);

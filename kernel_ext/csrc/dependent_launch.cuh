@@ -1,0 +1,26 @@
+// Host side of programmatic dependent launch, shared by the library and the device microbenchmarks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace cutover {
+
+// Launch `kernel(args)` as a programmatic dependent of the previous kernel on the stream: it may start while that
+// kernel finishes and waits for it on the device (grid_dependency_wait). Capturable into CUDA graphs.
+template <typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem, cudaStream_t stream,
+                             Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+}  // namespace cutover
