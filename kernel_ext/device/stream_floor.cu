@@ -15,6 +15,7 @@
 // instruction" on the H200 in both runs (2026-11-30), so the default build gathers without the hint.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -34,6 +35,7 @@ constexpr int kThreads = 256;
 constexpr int kPartialBytes = kRows * 512 * 2, kStatBytes = kRows * 8;
 constexpr long long kPoolRows = 4LL << 20;  // 4.8 GB of KV rows, far more than L2
 constexpr int kSmem = 3 * kTileBytes + 1024;
+constexpr long long kSpinCycles = 200000;  // ~100 us at the H200's clock, as kernel_ext.cudagraph.BUSY_CYCLES
 enum Step { kLaunch, kKv, kQ, kPartial, kCombine };
 const char* const kStepNames[] = {"launch", "kv", "q", "partial", "combine"};
 
@@ -123,27 +125,39 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Milliseconds of the work `launch()` enqueues on the default stream, queued behind the spin kernel (~100 us, as
+// kernel_ext.cudagraph.time_queued) and timed by CUDA events around it. A CUDA error ends the program.
+template <class Launch>
+float queued_ms(Launch launch) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  spin_kernel<<<1, 32>>>(kSpinCycles);
+  cudaEventRecord(e0);
+  launch();
+  cudaEventRecord(e1);
+  const cudaError_t err = cudaEventSynchronize(e1);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
+    exit(1);
+  }
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms;
+}
+
 // Device copy, bytes read + written per second, as kernel_ext.bench measures its ceiling.
 double copy_rate() {
   const size_t n = 1 << 30;
   void *a, *b;
   cudaMalloc(&a, n);
   cudaMalloc(&b, n);
-  for (int i = 0; i < 200; ++i) cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+  auto copy = [&] { cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice); };
+  for (int i = 0; i < 200; ++i) copy();
   std::vector<float> ms;
-  for (int i = 0; i < 50; ++i) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    spin_kernel<<<1, 32>>>(200000);
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
+  for (int i = 0; i < 50; ++i) ms.push_back(queued_ms(copy));
   cudaFree(a);
   cudaFree(b);
   return 2.0 * n / (median(ms) * 1e-3);
@@ -205,24 +219,15 @@ int main(int argc, char** argv) {
     first = false;
     for (int step = kLaunch; step <= kCombine; ++step) {
       std::vector<float> ms;
-      for (int r = 0; r < reps + 2; ++r) {
+      for (int r = 0; r < reps + 2; ++r) {  // the first two warm up
         const int* set = ids + (long long)(r % sets) * ids_per_set;
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        spin_kernel<<<1, 32>>>(200000);
-        cudaEventRecord(e0);
-        stream_kernel<<<grid, kThreads, kSmem>>>(pool, set, q, s, step, partials, sink);
-        if (step == kCombine)
-          launch_dependent(combine_kernel, dim3(8 * sms), 256, 0, cudaStream_t(0), (const uint4*)partials,
-                           (long long)grid * (kPartialBytes + kStatBytes) / 16, sink);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float t;
-        cudaEventElapsedTime(&t, e0, e1);
+        const float t = queued_ms([&] {
+          stream_kernel<<<grid, kThreads, kSmem>>>(pool, set, q, s, step, partials, sink);
+          if (step == kCombine)
+            launch_dependent(combine_kernel, dim3(8 * sms), 256, 0, cudaStream_t(0), (const uint4*)partials,
+                             (long long)grid * (kPartialBytes + kStatBytes) / 16, sink);
+        });
         if (r >= 2) ms.push_back(t);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
       }
       const float us = median(ms) * 1e3f;
       printf(" %8.1f %5.1f%%", us, 100 * floor_us / us);
