@@ -92,27 +92,33 @@ __device__ __forceinline__ int partial_exponent(float row_max_abs) {
 // 2^e for an integer e in [-126, 127], exactly.
 __device__ __forceinline__ float pow2i(int e) { return __int_as_float((e + 127) << 23); }
 
-// Stores one row of an fp16 partial from the mma accumulator layout, where lane cq of a quad holds values
-// 8 j + 2 cq and 8 j + 2 cq + 1 of the row's slice for j = 0 .. N - 1 (`pair(j)`, already scaled). Neighbouring
-// lanes swap one pair of each two j, so that every lane stores 4 consecutive values (8 bytes) and each quad's store
-// covers one whole 32-byte sector: stores of 4 bytes would write sectors by halves. `row` points at value 0 of
-// the slice, which must start on a sector; `lanes` are the lanes storing a row (whole quads).
-template <int N, typename Pair>
-__device__ __forceinline__ void store_partial_row(unsigned lanes, __half* row, int cq, Pair pair) {
+// A pair of values as the 32 bits stored for them: fp16 (partials) or bf16 (the output), round to nearest.
+__device__ __forceinline__ uint32_t pack_pair(float2 v, const __half*) {
+  const __half2 h = __floats2half2_rn(v.x, v.y);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t pack_pair(float2 v, const __nv_bfloat16*) { return pack_bf16x2(v.x, v.y); }
+
+// Stores one row slice (an fp16 partial or the bf16 output) from the mma accumulator layout, where lane cq of a
+// quad holds values 8 j + 2 cq and 8 j + 2 cq + 1 of the slice for j = 0 .. N - 1 (`pair(j)`, already scaled).
+// Neighbouring lanes swap one pair of each two j, so that every lane stores 4 consecutive values (8 bytes) and each
+// quad's store covers one whole 32-byte sector: stores of 4 bytes would write sectors by halves (docs/perf.md, v36
+// and v52). `row` points at value 0 of the slice (8-byte aligned; a whole sector per quad where it starts on one);
+// `lanes` are the lanes storing a row (whole quads).
+template <int N, typename Elem, typename Pair>
+__device__ __forceinline__ void store_row_sectors(unsigned lanes, Elem* row, int cq, Pair pair) {
   static_assert(N % 2 == 0, "values come in pairs of j");
   const bool odd = cq & 1;
-  __half* const dst = row + 2 * cq + (odd ? 6 : 0);
+  Elem* const dst = row + 2 * cq + (odd ? 6 : 0);
 #pragma unroll
   for (int j = 0; j < N; j += 2) {
-    const float2 a = pair(j), b = pair(j + 1);
-    const __half2 ha = __floats2half2_rn(a.x, a.y), hb = __floats2half2_rn(b.x, b.y);
-    const uint32_t mine_a = *reinterpret_cast<const uint32_t*>(&ha), mine_b = *reinterpret_cast<const uint32_t*>(&hb);
+    const uint32_t mine_a = pack_pair(pair(j), row), mine_b = pack_pair(pair(j + 1), row);
     const uint32_t got = __shfl_xor_sync(lanes, odd ? mine_a : mine_b, 1);
     *reinterpret_cast<uint2*>(dst + j * 8) = odd ? make_uint2(got, mine_b) : make_uint2(mine_a, got);
   }
 }
 
-// Largest |value| of one row's slice over the 4 lanes of its quad, in the layout of store_partial_row (`pair(j)`,
+// Largest |value| of one row's slice over the 4 lanes of its quad, in the layout of store_row_sectors (`pair(j)`,
 // unscaled).
 template <int N, typename Pair>
 __device__ __forceinline__ float row_abs_max(Pair pair) {
@@ -306,18 +312,28 @@ struct SplitWork {
   float k_scale, v_scale;
 };
 
-// Whether draft key j (0-based among the request's draft tokens) is visible to row `grow` (draft token grow / H),
-// as SGLang's tail sweep decides: keys past the draft tokens and rows past the request's last row see nothing;
-// otherwise the custom mask's tail columns, or causality.
-__device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const SplitWork& w, int grow, int j) {
-  if (j >= w.ext || grow >= w.rows_b) return false;
-  const int ti = grow / a.H;
+// Whether draft key j (0-based among the request's draft tokens) lies in SGLang's tail sweep for draft token ti
+// (a row of the request): keys past the draft tokens are never visible; without a custom mask, causality decides;
+// under one, the mask's byte (draft_mask_index) decides within the sweep.
+__device__ __forceinline__ bool draft_key_in_sweep(const KernelArgs& a, const SplitWork& w, int ti, int j) {
   if (a.mask != nullptr)
     // SGLang with is_causal stops each BLOCK_M query block's tail sweep at the block's end, even under a custom
     // mask (a tree mask has nothing above the diagonal, so this changes nothing).
-    return (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM) &&
-           a.mask[w.mask_start + (int64_t)ti * (w.P + w.ext) + w.P + j] != 0;
-  return !a.is_causal || j <= ti;
+    return j < w.ext && (!a.is_causal || j < (ti / kSglangBlockM + 1) * kSglangBlockM);
+  return j < w.ext && (!a.is_causal || j <= ti);
+}
+
+// The custom mask's byte for draft token ti and draft key j: the tail columns of the token's row.
+__device__ __forceinline__ int64_t draft_mask_index(const SplitWork& w, int ti, int j) {
+  return w.mask_start + (int64_t)ti * (w.P + w.ext) + w.P + j;
+}
+
+// Whether draft key j is visible to row `grow` (draft token grow / H), as SGLang's tail sweep decides; rows past
+// the request's last row see nothing.
+__device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const SplitWork& w, int grow, int j) {
+  if (grow >= w.rows_b) return false;
+  const int ti = grow / a.H;
+  return draft_key_in_sweep(a, w, ti, j) && (a.mask == nullptr || a.mask[draft_mask_index(w, ti, j)] != 0);
 }
 
 __device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, WorkItem* shared_item, SplitWork& w) {
@@ -695,17 +711,15 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
       if (slot < 0) {
         const int t = grow / H, h = grow - t * H;
-        __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + wo_d * C::O_DIMS + 2 * cq;
-#pragma unroll
-        for (int nt = 0; nt < C::NT_O; ++nt)
-          *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16x2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv);
+        store_row_sectors<C::NT_O>(lanes, out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + wo_d * C::O_DIMS, cq,
+                                   [&](int nt) { return make_float2(acc[mt][nt][hf * 2] * inv, acc[mt][nt][hf * 2 + 1] * inv); });
       } else {
         float row_max = 0.f;
 #pragma unroll
         for (int w = 0; w < C::WO_D; ++w) row_max = fmaxf(row_max, sOmax[w * C::M_TILE + lr]);
         const int e = partial_exponent(row_max * inv);
         const float f = inv * pow2i(-e);
-        store_partial_row<C::NT_O>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wo_d * C::O_DIMS, cq,
+        store_row_sectors<C::NT_O>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wo_d * C::O_DIMS, cq,
                                    [&](int nt) { return make_float2(acc[mt][nt][hf * 2] * f, acc[mt][nt][hf * 2 + 1] * f); });
         if (wo_d == 0 && cq == 0)
           a.part_lse[(int64_t)slot * a.rcap + grow] =

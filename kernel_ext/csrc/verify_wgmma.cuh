@@ -86,17 +86,35 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 constexpr float kRebaseLog2 = 8.f;
 
 // Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
-// grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread).
+// grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread). Under a custom
+// mask all 16 bytes are loaded before any is tested: a branch around each load made every load wait for the one
+// before (docs/perf.md, v52). A key outside the sweep reads the request's first tail byte (token 0, key 0), which
+// exists whenever the CTA has rows, and is not used.
 __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0,
                                                     int j0) {
+  bool in_sweep[2][4][2];
+  uint8_t byte[2][4][2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int grow = grow0 + hf * 8, ti = grow / a.H;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = lk0 + (j0 + j) * 8 + e;
+        in_sweep[hf][j][e] = grow < w.rows_b && draft_key_in_sweep(a, w, ti, key);
+        if (a.mask != nullptr)
+          byte[hf][j][e] = a.mask[in_sweep[hf][j][e] ? draft_mask_index(w, ti, key) : w.mask_start + w.P];
+      }
+  }
   uint32_t bits = 0;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-    for (int j = j0; j < j0 + 4; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        if (draft_key_visible(a, w, grow0 + hf * 8, lk0 + j * 8 + e)) bits |= 1u << (j * 4 + hf * 2 + e);
+        if (in_sweep[hf][j][e] && (a.mask == nullptr || byte[hf][j][e] != 0)) bits |= 1u << ((j0 + j) * 4 + hf * 2 + e);
   return bits;
 }
 
@@ -168,14 +186,17 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     }
   };
 
-  if (tid < C::N_TILE) {
-    sIdx[tid] = row_id(0, tid);
-    sIdx[C::N_TILE + tid] = row_id(1, tid);
-  }
+  // The row ids of tiles 0 and 1 are held in registers until the mask's loads below are issued: a store to
+  // shared memory between them would make those loads wait for the ids (docs/perf.md, v51).
+  const int first_id0 = tid < C::N_TILE ? row_id(0, tid) : 0, first_id1 = tid < C::N_TILE ? row_id(1, tid) : 0;
   // The draft tail's visibility bits for warpgroup 0's scores: each warpgroup reads the mask for half of the keys,
   // and warpgroup 1 passes its half through the P buffer (free until the first softmax).
   const bool scores = wg == 0;  // this warpgroup computes S and the softmax
   uint32_t tail_vis = w.does_tail ? tail_visibility(a, w, row0 + r_lo, 2 * cq, wg * 4) : 0u;
+  if (tid < C::N_TILE) {
+    sIdx[tid] = first_id0;
+    sIdx[C::N_TILE + tid] = first_id1;
+  }
   uint32_t* const sVis = reinterpret_cast<uint32_t*>(smem + C::OFF_P);
   if (w.does_tail && !scores) sVis[tid & 127] = tail_vis;
   __syncthreads();
@@ -404,7 +425,6 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const bool to_alt = slot < 0 && output_choice(a) == kOutAlt;
   __nv_bfloat16* const out = to_alt ? a.o_alt : a.o;
   const int64_t out_s0 = to_alt ? a.sa0 : a.so0, out_s1 = to_alt ? a.sa1 : a.so1;
-  const int dim0 = wg * 256 + 2 * cq;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int lr = r_lo + hf * 8, grow = row0 + lr;
@@ -414,14 +434,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0, as SGLang (acc / 1 with acc == 0)
     if (slot < 0) {
       const int t = grow / H, h = grow - t * H;
-      __nv_bfloat16* dst = out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + dim0;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<uint32_t*>(dst + j * 8) = pack_bf16x2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
+      store_row_sectors<32>(lanes, out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + wg * 256, cq,
+                            [&](int j) { return make_float2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv); });
     } else {
       const int e = partial_exponent(fmaxf(sOmax[lr], sOmax[C::M_TILE + lr]) * inv);
       const float f = inv * pow2i(-e);
-      store_partial_row<32>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wg * 256, cq,
+      store_row_sectors<32>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wg * 256, cq,
                             [&](int j) { return make_float2(acc[j * 4 + hf * 2] * f, acc[j * 4 + hf * 2 + 1] * f); });
       if (wg == 0 && cq == 0)
         a.part_lse[(int64_t)slot * a.rcap + grow] = make_float2(l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F, (float)e);
