@@ -186,8 +186,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     }
   };
 
-  // The row ids of tiles 0 and 1 are held in registers until the mask's loads below are issued: a store to
-  // shared memory between them would make those loads wait for the ids (docs/perf.md, v51).
+  // The row ids of tiles 0 and 1 are held in registers until the mask's loads below are issued: stored to shared
+  // memory first, they made those loads wait for them (0.2-0.4 us on a CTA with the tail, docs/perf.md, v51).
   const int first_id0 = tid < C::N_TILE ? row_id(0, tid) : 0, first_id1 = tid < C::N_TILE ? row_id(1, tid) : 0;
   // The draft tail's visibility bits for warpgroup 0's scores: each warpgroup reads the mask for half of the keys,
   // and warpgroup 1 passes its half through the P buffer (free until the first softmax).
