@@ -113,7 +113,7 @@ def grid_cases(subset: str):
          lambda: make_case(16, 16, 3, 2000, "tree", torch.int32, k_scale=0.7, v_scale=1.3, seed=1009)),
         (dict(H=8, T=8, batch=2, prefix=3000, mask="causal", index="int64", is_causal=False),
          lambda: make_case(8, 8, 2, 3000, "causal", is_causal=False, seed=1007)),
-        # 33 splits per request on 132 SMs: the combine merges a lane's 4-5 splits in one batch of 6
+        # 33 splits per request on 132 SMs: the combine merges a lane's 8-9 splits in one batch of 9
         (dict(H=8, T=8, batch=4, prefix=16384, mask="tree", index="int64"),
          lambda: make_case(8, 8, 4, 16384, "tree", seed=1011)),
     ]

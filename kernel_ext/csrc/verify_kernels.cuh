@@ -737,29 +737,33 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 // request's entry a lane issues the loads of BATCH of its splits at once and merges them with a running maximum,
 // so an item costs two round trips to memory while each lane has at most BATCH splits. The combine is bound by
 // the bytes it has in flight, so the launch picks the layout by the splits a request is expected to have
-// (kernel_ext/csrc/verify_api.cu): a lane's loads should neither wait for one another nor be left empty.
+// (kernel_ext/csrc/verify_api.cu): a lane's loads should neither wait for one another nor be left empty. A group
+// of 8 or more lanes reads whole 128-byte lines of a partial row, 4 lanes half lines: the same 8.4 MB in one round
+// trip took 5.1 us in half lines and 3.4 us in whole ones (docs/perf.md, v54).
 // ---------------------------------------------------------------------------------------------------------
 template <int GROUPS_, int VEC_, int BATCH_, int LONG_BATCH_ = BATCH_>
 struct CombineLayout {
   // LONG_BATCH: splits per batch for requests with more than GROUPS x BATCH splits.
   static constexpr int GROUPS = GROUPS_, VEC = VEC_, BATCH = BATCH_, LONG_BATCH = LONG_BATCH_;
-  static constexpr int SPLITS_PER_PASS = GROUPS * BATCH;   // splits a warp merges in one batch of its lanes
-  static constexpr int LANES = 32 / GROUPS;                // lanes of a split group
-  static constexpr int SLICE = LANES * VEC * 8;            // values of a row per item
-  static constexpr int SLICES = kDimV / SLICE;             // items per row
+  static constexpr int SPLITS_PER_PASS = GROUPS * BATCH;       // splits a warp merges in one batch of its lanes
+  static constexpr int LONG_SPLITS_PER_PASS = GROUPS * LONG_BATCH;  // the same, for requests with more splits
+  static constexpr int LANES = 32 / GROUPS;                    // lanes of a split group
+  static constexpr int SLICE = LANES * VEC * 8;                // values of a row per item
+  static constexpr int SLICES = kDimV / SLICE;                 // items per row
   static_assert(SLICES * SLICE == kDimV, "the slices tile a row");
 };
 // Up to 2 splits per request: a whole row per warp, 32 bytes per lane and split, both splits in one batch.
 using CombineTwoSplits = CombineLayout<1, 2, 2>;
 // Up to 8: 2 groups over 128-dim slices, 4 splits per lane in one batch.
 using CombineFewSplits = CombineLayout<2, 1, 4>;
-// More (small batches with long prefixes): 8 groups over 32-dim slices, so a row's splits spread over 16 warps.
-// A request with more than 32 splits is merged 6 per lane and batch, still in 64 registers (a lane of a 132-SM
-// wave's 33-split request then takes one batch, not two).
-using CombineManySplits = CombineLayout<8, 1, 4, 6>;
-// More than 32 with few rows: CombineManySplits, but a request with more than 32 splits is merged 17 splits per
-// batch, so that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's
-// split), at the cost of registers: for calls whose warp items fit in one wave at one block per SM.
+// More (small batches with long prefixes): 4 groups over 64-dim slices, each group's 8 lanes one 128-byte line of
+// a split's row. A request with more than 16 splits is merged 9 per lane and batch (84 registers, two blocks per
+// SM), so the 33 splits of a batch-4 request on 132 SMs take one round trip.
+using CombineManySplits = CombineLayout<4, 1, 4, 9>;
+// More than CombineManySplits takes in one pass, with few rows: 8 groups over 32-dim slices (half lines, but
+// twice the warps of 4 groups), 4 splits per lane and batch, and 17 for a request with more than 32 splits, so
+// that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's split), at the
+// cost of registers: for calls whose warp items fit in one wave at one block per SM.
 using CombineLongSplits = CombineLayout<8, 1, 4, 17>;
 
 // A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
