@@ -171,6 +171,8 @@ using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
 // takes the draft tail and so that much less of the prefix (possibly none). Main-kernel CTA y takes work item y.
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
 // One warp computes it (lane l takes requests l, l + 32, ...): shuffles only, no block-wide barrier per step.
+// Its request loops are not unrolled: every CTA runs this code once, and half the code (10.8 KB of SASS instead
+// of 21 KB up to the first barrier) starts the CTA's stream 0.2-0.3 us sooner (v56, docs/perf.md).
 // ---------------------------------------------------------------------------------------------------------
 // Exclusive prefix sums of v over the lanes of the warp; `total` gets the sums over all 32 lanes.
 __device__ __forceinline__ int2 warp_exclusive_scan2(int2 v, int2* total) {
@@ -232,6 +234,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     RequestIndices first_idx{};
     if (lane < a.B) first_idx = request_indices(a, lane);
     long long total = 0;
+#pragma unroll 1
     for (int b = lane; b < a.B; b += 32) total += work_keys(a, b);
     total = warp_sum(total);
     // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
@@ -242,6 +245,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     unsigned cnt = 0;  // the call's splits at the current chunk
     for (int it = 0; it < 64; ++it) {
       cnt = 0;
+#pragma unroll 1
       for (int b = lane; b < a.B; b += 32) cnt += splits_of(work_keys(a, b), chunk);
       cnt = warp_sum(cnt);
       if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
@@ -250,6 +254,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
       chunk = next > chunk ? next : chunk + kSplitAlign;
     }
     unsigned share = kSplitAlign;
+#pragma unroll 1
     for (int b = lane; b < a.B; b += 32) {
       const unsigned W = work_keys(a, b), n = splits_of(W, chunk), even = round_up((W + n - 1) / n, kSplitAlign);
       share = even > share ? even : share;
@@ -262,6 +267,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
     // slots [slot0, slot0 + n).
     int run_split = 0, run_slot = 0;
     bool found = false;
+#pragma unroll 1
     for (int base = 0; base < a.B && run_split <= c; base += 32) {
       const int b = base + lane;
       int P = 0, n = 0;
