@@ -172,7 +172,7 @@ using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
 // One warp computes it (lane l takes requests l, l + 32, ...): shuffles only, no block-wide barrier per step.
 // Its request loops are not unrolled: every CTA runs this code once, and half the code (10.8 KB of SASS instead
-// of 21 KB up to the first barrier) starts the CTA's stream 0.2-0.3 us sooner (v56, docs/perf.md).
+// of 21 KB up to the first barrier) starts the CTA's stream 0.1-0.3 us sooner (v56, docs/perf.md).
 // ---------------------------------------------------------------------------------------------------------
 // Exclusive prefix sums of v over the lanes of the warp; `total` gets the sums over all 32 lanes.
 __device__ __forceinline__ int2 warp_exclusive_scan2(int2 v, int2* total) {
