@@ -2,6 +2,7 @@
 # A/B of prebuilt library variants (kernel_ext/build/variants/*.so), interleaved, no Triton: per-shape lines in logs.
 # Even rounds run the variants in reverse order, so that no variant always runs first.
 #   GRIDS="quick combine" ROUNDS=2 bash kernel_ext/device/ab_call.sh
+# BENCH_ARGS adds options to every benchmark run (e.g. --no-early-start); TAG then names those runs apart.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/.bundle/sglang"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -11,9 +12,10 @@ for round in $(seq "${ROUNDS:-1}"); do
     (( round % 2 == 0 )) && libs=($(printf '%s\n' "${libs[@]}" | sort -r))
     for lib in "${libs[@]}"; do
       name=$(basename "$lib" .so)
+      run="${name}_${grid}${TAG:+_$TAG}_$round"
       CUTOVER_KERNEL_LIB="$PWD/$lib" timeout 60 python3 -m kernel_ext.bench --grid "$grid" --no-triton \
-        --label "$name" --out "/tmp/ab_${name}_${grid}_$round" > "$OUT/${name}_${grid}_$round.log" 2>&1
-      echo "$name $grid round $round rc=$?"
+        ${BENCH_ARGS:-} --label "$name" --out "/tmp/ab_$run" > "$OUT/$run.log" 2>&1
+      echo "$run rc=$?"
     done
   done
 done
