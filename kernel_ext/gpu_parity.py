@@ -80,7 +80,8 @@ def run_case(case: VerifyBatch, triton_fwd, label: dict) -> dict:
 def grid_cases(subset: str):
     """(label, builder) pairs: the issue's grid (full), a representative slice (quick) or a tiny set."""
     if subset == "tiny":
-        shapes = [(8, 1, 1, 0), (8, 8, 3, 7), (16, 16, 2, 300), (8, 64, 1, 1000)]
+        # the last: 128 rows of one request with ~60 splits, the combine's long batch in CombineLongSplitsMoreRows
+        shapes = [(8, 1, 1, 0), (8, 8, 3, 7), (16, 16, 2, 300), (8, 64, 1, 1000), (16, 8, 1, 8000)]
     elif subset == "quick":
         shapes = [(h, t, b, p) for h, t, b, p in itertools.product(GRID_H, GRID_T, GRID_BATCH, GRID_PREFIX)
                   if (h * 7 + t * 3 + b * 5 + p) % 9 == 0 or (b == 1 and p == 32768)]

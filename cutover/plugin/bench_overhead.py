@@ -1,6 +1,6 @@
 """Benchmark: what the plugin costs per verify call under CUDA-graph replay, against the bare kernels.
 
-    python -m cutover.plugin.bench_overhead [--out DIR] [--reps N]
+    python -m cutover.plugin.bench_overhead [--out DIR] [--reps N] [--shapes "H,T,BATCH,PREFIX ..."]
 
 For each shape, five graphs are captured, each holding ``CALLS_PER_GRAPH`` back-to-back calls of one layer:
 bare SGLang Triton kernel, bare CUDA kernel, and the plugin's dispatch in triton (idle), shadow (sample every
@@ -26,6 +26,19 @@ SHAPES = [  # (heads, draft tokens T, batch, prefix)
     (8, 64, 32, 8192),
     (16, 64, 32, 16384),
 ]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
+    """"8,8,1,4096 16,8,1,65536" -> [(8, 8, 1, 4096), (16, 8, 1, 65536)]; ValueError names a bad entry."""
+    shapes = []
+    for entry in text.split():
+        parts = entry.split(",")
+        if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"shape {entry!r} is not H,T,BATCH,PREFIX with four positive integers (e.g. 8,8,1,4096)")
+        shapes.append(tuple(int(p) for p in parts))
+    if not shapes:
+        raise ValueError("no shape given (e.g. --shapes \"8,8,1,4096 16,8,1,65536\")")
+    return shapes
 
 
 def _time_us(graph, reps: int) -> float:
@@ -88,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="reports/plugin_overhead", help="directory for the JSON and Markdown")
     parser.add_argument("--reps", type=int, default=20, help="timed replays per graph")
+    parser.add_argument("--shapes", help="H,T,BATCH,PREFIX entries separated by spaces (default: the four above)")
     args = parser.parse_args(argv)
+    try:
+        shapes = parse_shapes(args.shapes) if args.shapes is not None else SHAPES
+    except ValueError as exc:
+        parser.error(str(exc))
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (run it through the device tool)")
     import kernel_ext
@@ -104,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"the CUDA kernel is not available: {runtime.unavailable}")
     stock, stock_module = resolve_stock_kernel()
     generations = itertools.count(1)
-    rows = [bench_shape(shape, args.reps, runtime, paths, stock, generations) for shape in SHAPES]
+    rows = [bench_shape(shape, args.reps, runtime, paths, stock, generations) for shape in shapes]
     runtime.control.stop(clean=True)
     device_name = torch.cuda.get_device_name()
     dispatch = ("gate + one custom launch (output chosen on the device; early start after the gate) + stock + "

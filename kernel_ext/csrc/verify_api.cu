@@ -347,8 +347,11 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   if (splits <= CombineTwoSplits::SPLITS_PER_PASS) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
   if (splits <= CombineFewSplits::SPLITS_PER_PASS) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
   const long long wave = (long long)a->num_sms * (kCombineThreads / 32);  // warps at one block per SM
-  if (splits > CombineManySplits::LONG_SPLITS_PER_PASS && rows * CombineLongSplits::SLICES <= wave)
-    return launch_combine<CombineLongSplits>(rows, a->num_sms, k, stream);
+  if (splits > CombineManySplits::LONG_SPLITS_PER_PASS) {
+    if (rows * CombineLongSplits::SLICES <= wave) return launch_combine<CombineLongSplits>(rows, a->num_sms, k, stream);
+    if (rows * CombineLongSplitsMoreRows::SLICES <= wave)
+      return launch_combine<CombineLongSplitsMoreRows>(rows, a->num_sms, k, stream);
+  }
   return launch_combine<CombineManySplits>(rows, a->num_sms, k, stream);
 }
 

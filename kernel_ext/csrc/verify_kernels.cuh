@@ -771,6 +771,11 @@ using CombineManySplits = CombineLayout<4, 1, 4, 9>;
 // that one round trip covers 136 splits (a request's share of a 132-SM wave plus its draft tail's split), at the
 // cost of registers: for calls whose warp items fit in one wave at one block per SM.
 using CombineLongSplits = CombineLayout<8, 1, 4, 17>;
+// The same for calls with up to twice those rows: 4 groups over 64-dim slices (whole lines), 17 splits per lane
+// and batch (154 registers), so that 68 splits take one round trip where CombineManySplits takes 36. One block
+// per SM: where the next call's main kernel overlaps the combine (the benchmark's back-to-back calls, not the
+// plugin's sequence) that costs small calls more than it saves (docs/perf.md, v58).
+using CombineLongSplitsMoreRows = CombineLayout<4, 1, 4, 17>;
 
 // A lane's running merge of its splits' partials: weights relative to its own maximum log-sum-exp m.
 template <class L>
