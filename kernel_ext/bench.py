@@ -83,6 +83,21 @@ def time_eager(fn, reps: int) -> float:
     return statistics.median(time_queued(fn, reps))
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
+    """Shapes given as text, "8,8,1,4096 16,8,1,65536" -> [(8, 8, 1, 4096), (16, 8, 1, 65536)] (H, T, batch,
+    prefix); ValueError names a bad entry."""
+    shapes = []
+    for entry in text.split():
+        parts = entry.split(",")
+        if len(parts) != 4 or not all(p.isdigit() for p in parts) or 0 in [int(p) for p in parts[:3]]:
+            raise ValueError(f"shape {entry!r} is not H,T,BATCH,PREFIX: four integers, the first three positive "
+                             "(e.g. 8,8,1,4096)")
+        shapes.append(tuple(int(p) for p in parts))
+    if not shapes:
+        raise ValueError("no shape given (e.g. --shapes \"8,8,1,4096 16,8,1,65536\")")
+    return shapes
+
+
 class Shape:
     """Inputs of one benchmark shape, with `sets` scattered kv_indices sets over one pool."""
 

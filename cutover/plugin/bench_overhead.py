@@ -19,6 +19,8 @@ import tempfile
 
 import torch
 
+from kernel_ext.bench import parse_shapes
+
 CALLS_PER_GRAPH = 10
 SHAPES = [  # (heads, draft tokens T, batch, prefix)
     (8, 8, 1, 4096),
@@ -26,19 +28,6 @@ SHAPES = [  # (heads, draft tokens T, batch, prefix)
     (8, 64, 32, 8192),
     (16, 64, 32, 16384),
 ]
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
-    """"8,8,1,4096 16,8,1,65536" -> [(8, 8, 1, 4096), (16, 8, 1, 65536)]; ValueError names a bad entry."""
-    shapes = []
-    for entry in text.split():
-        parts = entry.split(",")
-        if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(f"shape {entry!r} is not H,T,BATCH,PREFIX with four positive integers (e.g. 8,8,1,4096)")
-        shapes.append(tuple(int(p) for p in parts))
-    if not shapes:
-        raise ValueError("no shape given (e.g. --shapes \"8,8,1,4096 16,8,1,65536\")")
-    return shapes
 
 
 def _time_us(graph, reps: int) -> float:

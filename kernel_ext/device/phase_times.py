@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from kernel_ext import api
-from kernel_ext.bench import Shape, rotating
+from kernel_ext.bench import Shape, parse_shapes, rotating
 from kernel_ext.cudagraph import capture_graph
 
 DEFAULT_SHAPES = "8,8,1,1024 8,8,1,65536 8,8,4,16384 8,8,16,4096 8,8,64,1024 16,64,1,1024 16,32,4,16384"
@@ -77,7 +77,7 @@ def one_call(marks: np.ndarray) -> dict:
 
 
 def measure(lib, spec: str, replays: int, raw_dir: Path | None = None) -> dict:
-    H, T, batch, prefix = (int(x) for x in spec.split(","))
+    H, T, batch, prefix = parse_shapes(spec)[0]
     shape = Shape(H, T, batch, prefix, "tree")
     graph = capture_graph(rotating(shape, lambda *a, ws=shape.workspace: api.verify_attention(*a, workspace=ws)),
                           calls=shape.sets)

@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kernel_ext import api
-from kernel_ext.bench import Shape, rotating, time_graph
+from kernel_ext.bench import Shape, parse_shapes, rotating, time_graph
 from kernel_ext.cudagraph import capture_graph
 
 DEFAULT_SHAPES = "8,8,1,1024 8,8,1,65536 8,8,4,65536 8,8,64,1024 16,64,1,1024 16,64,4,1024 16,32,4,16384"
@@ -75,7 +75,7 @@ def main() -> int:
     print(f"three dependent tiny kernels per call (graph replay): {three_tiny_us:.2f} us")
     rows = []
     for spec in args.shapes.split():
-        H, T, batch, prefix = (int(x) for x in spec.split(","))
+        H, T, batch, prefix = parse_shapes(spec)[0]
         shape = Shape(H, T, batch, prefix, "tree")
         fn = rotating(shape, lambda *a, ws=shape.workspace: api.verify_attention(*a, workspace=ws))
         calls = min(shape.sets, 16)
