@@ -114,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench_shape(shape, args.reps, runtime, paths, stock, generations) for shape in shapes]
     runtime.control.stop(clean=True)
     device_name = torch.cuda.get_device_name()
-    dispatch = ("gate + one custom launch (output chosen on the device; early start after the gate) + stock + "
-                "fused epilogue (kernel_ext.shadow_accumulate)")
+    dispatch = ("gate (early start after the kernel before it) + one custom launch (output chosen on the device; "
+                "early start after the gate) + stock + fused epilogue (kernel_ext.shadow_accumulate; early start "
+                "after stock)")
     os.makedirs(args.out, exist_ok=True)
     document = {"device": device_name, "torch": torch.__version__, "stock_module": stock_module,
                 "calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "abi_version": kernel_ext.ABI_VERSION,

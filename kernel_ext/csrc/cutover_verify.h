@@ -146,7 +146,9 @@ CUTOVER_API int cutover_verify_attention(const CutoverVerifyParams* params, cuda
 /* Live-switch gate, one tiny kernel. gate_state: device int32[4] = {mode (0 triton, 1 shadow, 2 custom),
  * sample_every (>= 1), call_counter, reserved}. Increments call_counter; writes
  * custom_enable[0] = (mode == 2) and custom_enable[1] = (mode == 1 && counter % sample_every == 0) with the
- * counter value before the increment; qo_indptr_gated[0..n) = mode == 2 ? 0 : qo_indptr[0..n). */
+ * counter value before the increment; qo_indptr_gated[0..n) = mode == 2 ? 0 : qo_indptr[0..n). Launched as a
+ * programmatic dependent of the kernel before it on `stream`, it waits for that kernel before it reads or writes
+ * anything: stream order holds, only its launch overlaps that kernel's end. */
 CUTOVER_API int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,
                         int indptr_is_int64, int32_t* custom_enable, cudaStream_t stream);
 
@@ -156,7 +158,8 @@ CUTOVER_API int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, 
  * scratch is not read); sample: relative L2 ||scratch - o|| / ||o|| and max |scratch - o| (float accumulation),
  * non-finite counts of both, histogram bucket over bin_edges (float64 [num_edges], ascending), maxima.
  * workspace: this layer's CUTOVER_SHADOW_WORKSPACE_BYTES bytes, 16-byte aligned, zero-filled before first use;
- * calls sharing one workspace must be stream-ordered. */
+ * calls sharing one workspace must be stream-ordered. Launched like cutover_verify_gate: a programmatic dependent
+ * that waits for the kernel before it at entry. */
 CUTOVER_API int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_stride_head,
                                           const void* scratch, int64_t scratch_stride_token,
                                           int64_t scratch_stride_head, int64_t tokens, int32_t heads,

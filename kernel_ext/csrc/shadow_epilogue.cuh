@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cutover_verify.h"
+#include "mma_primitives.cuh"
 #include "warp_reduce.cuh"
 
 namespace cutover {
@@ -74,7 +75,10 @@ __device__ void shadow_finalise(const ShadowArgs& a, bool serve, bool sample, do
   c[CUTOVER_COUNTER_HIST + bucket] += 1.0;
 }
 
+// Launched as a programmatic dependent of the kernel before it (e.g. SGLang's): it waits for that kernel at entry,
+// so only its launch overlaps that kernel's end.
 __global__ void __launch_bounds__(kShadowThreads) shadow_accumulate_kernel(const ShadowArgs a) {
+  grid_dependency_wait();
   const volatile int32_t* flags_in = a.enable;
   const bool serve = flags_in[0] != 0, sample = flags_in[1] != 0;
   if (blockIdx.x == 0 && threadIdx.x == 0) a.counters[CUTOVER_COUNTER_CALLS] += 1.0;

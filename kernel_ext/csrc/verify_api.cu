@@ -360,9 +360,9 @@ int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_ind
   if (gate_state == nullptr || qo_indptr == nullptr || qo_indptr_gated == nullptr || custom_enable == nullptr)
     return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_gate: a pointer argument is NULL");
   if (n < 1) return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_gate: n must be >= 1, got %lld", (long long)n);
-  verify_gate_kernel<<<1, 256, 0, stream>>>(gate_state, qo_indptr, qo_indptr_gated, n, indptr_is_int64,
-                                            custom_enable);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of verify_gate_kernel");
+  CUTOVER_CUDA_CHECK(launch_dependent(verify_gate_kernel, dim3(1), 256, 0, stream, gate_state, qo_indptr,
+                                      qo_indptr_gated, n, indptr_is_int64, custom_enable),
+                     "launch of verify_gate_kernel");
   return CUTOVER_OK;
 }
 
@@ -393,8 +393,8 @@ int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_s
   const long long per_block = (long long)kShadowThreads * kShadowChunksPerThread;
   const long long wanted = (k.rows * kShadowRowChunks + per_block - 1) / per_block;
   const int blocks = (int)(wanted < 1 ? 1 : (wanted > kShadowMaxBlocks ? kShadowMaxBlocks : wanted));
-  shadow_accumulate_kernel<<<blocks, kShadowThreads, 0, stream>>>(k);
-  CUTOVER_CUDA_CHECK(cudaGetLastError(), "launch of shadow_accumulate_kernel");
+  CUTOVER_CUDA_CHECK(launch_dependent(shadow_accumulate_kernel, dim3(blocks), kShadowThreads, 0, stream, k),
+                     "launch of shadow_accumulate_kernel");
   return CUTOVER_OK;
 }
 

@@ -897,6 +897,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
 __global__ void verify_gate_kernel(int32_t* state, const void* qo, void* qo_gated, int64_t n, int is64,
                                    int32_t* enable) {
   __shared__ int s_zero;
+  grid_dependency_wait();     // launched as a programmatic dependent: the kernel before it has finished from here on
   grid_dependency_release();  // the main kernel may start its plan; it waits for this grid before reading enable
   if (threadIdx.x == 0) {
     const int mode = state[0];

@@ -2,8 +2,9 @@
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 kernel_ext/device/fastpath_memcheck.py
 
-Covers the epilogue's three paths (exit, serve, sample; strided o; 1 block and many) and the verify kernel
-writing o_alt through the single-split and the split-combine paths. Prints one line; a sanitizer error makes
+Covers the gate's three modes (int32 and int64 indptr), the epilogue's three paths (exit, serve, sample;
+strided o; 1 block and many) and the verify kernel writing o_alt through the single-split and the split-combine
+paths. Prints one line; a sanitizer error makes
 the exit code 9.
 """
 import torch
@@ -19,6 +20,11 @@ def main() -> None:
     counters = torch.zeros(_lib.COUNTER_HIST + len(REL_L2_BIN_EDGES) + 1, dtype=torch.float64, device=dev)
     workspace = torch.zeros(_lib.SHADOW_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
     enable = torch.zeros(2, dtype=torch.int32, device=dev)
+    for dtype in (torch.int32, torch.int64):
+        qo = torch.tensor([0, 8, 16, 24], dtype=dtype, device=dev)
+        gated = torch.empty_like(qo)
+        for mode in (0, 1, 2):
+            api.verify_gate(torch.tensor([mode, 2, 0, 0], dtype=torch.int32, device=dev), qo, gated, enable)
     for tokens, heads in ((1, 1), (300, 16)):
         base = torch.randn(tokens, heads + 1, 512, device=dev).to(torch.bfloat16)
         o, scratch = base[:, 1:], torch.randn(tokens, heads, 512, device=dev).to(torch.bfloat16)
