@@ -4,8 +4,7 @@
 
 Covers the gate's three modes (int32 and int64 indptr), the epilogue's three paths (exit, serve, sample;
 strided o; 1 block and many) and the verify kernel writing o_alt through the single-split and the split-combine
-paths. Prints one line; a sanitizer error makes
-the exit code 9.
+paths. Prints one line; a sanitizer error makes the exit code 9.
 """
 import torch
 
