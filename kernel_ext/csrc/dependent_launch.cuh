@@ -1,9 +1,17 @@
-// Host side of programmatic dependent launch, shared by the library and the device microbenchmarks.
+// Programmatic dependent launch (sm_90+), device and host side, shared by the library and the device
+// microbenchmarks.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace cutover {
+
+// Device side: a kernel launched with programmatic stream serialization may start
+// while the kernel before it runs; it must call grid_dependency_wait() before touching anything that kernel
+// writes (the wait returns once that grid has completed and its memory is visible). grid_dependency_release()
+// lets the next such kernel start launching early.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_dependency_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
 // Launch `kernel(args)` as a programmatic dependent of the previous kernel on the stream: it may start while that
 // kernel finishes and waits for it on the device (grid_dependency_wait). Capturable into CUDA graphs.

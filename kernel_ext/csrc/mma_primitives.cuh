@@ -51,13 +51,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Programmatic dependent launch (sm_90+): a kernel launched with programmatic stream serialization may start
-// while the kernel before it runs; it must call grid_dependency_wait() before touching anything that kernel
-// writes (the wait returns once that grid has completed and its memory is visible). grid_dependency_release()
-// lets the next such kernel start launching early.
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void grid_dependency_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
-
 // Index tensors come as int32 or int64 (SGLang uses both); read either as int64.
 __device__ __forceinline__ int64_t load_index(const void* p, int64_t i, int is_int64) {
   return is_int64 ? __ldg(static_cast<const long long*>(p) + i) : (int64_t)__ldg(static_cast<const int*>(p) + i);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "cutover_verify.h"
-#include "mma_primitives.cuh"
+#include "dependent_launch.cuh"
 #include "warp_reduce.cuh"
 
 namespace cutover {

@@ -20,6 +20,7 @@
 
 #include <type_traits>
 
+#include "dependent_launch.cuh"
 #include "mma_primitives.cuh"
 #include "phase_clock.cuh"
 #include "warp_reduce.cuh"

@@ -12,7 +12,7 @@
 // Timed with CUDA events over back-to-back launches of up to 132 CTAs (a multiple of S), against the same kernel
 // with no epilogue; and per CTA with %globaltimer from the epilogue's start to its end. Each row is printed as soon
 // as it is measured. Sizes up to 8 only: a warp's 8 rows of one accumulator half then share an owner, as
-// store_partial_row's full-warp shuffles need (at 16 half a warp would store, and its shuffles would wait forever).
+// store_row_sectors's full-warp shuffles need (at 16 half a warp would store, and its shuffles would wait forever).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernel_ext/csrc kernel_ext/device/cluster_rate.cu
 //   ./a.out [json path]
 #include <algorithm>
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1) epilogue_kernel(__half* part, int
       const int row = r_lo + hf * 8;
       if (S > 1 && row / kOwn != rank) continue;  // uniform per warp: a warp's 8 rows of one hf share an owner
       __half* const dst = part + ((size_t)(blockIdx.x / S) * kRows + row) * kDimV + wg * 256;
-      store_partial_row<32>(kFullWarp, dst, cq,
+      store_row_sectors<32>(kFullWarp, dst, cq,
                             [&](int j) { return make_float2(acc[j * 4 + hf * 2], acc[j * 4 + hf * 2 + 1]); });
     }
   }

@@ -165,37 +165,45 @@ def test_the_kernel_writes_the_output_the_device_flags_choose():
             assert torch.isnan(written).all()
 
 
-def test_the_epilogue_right_behind_our_kernel_reads_its_finished_output():
-    # batch 1, 128 rows, 65536 keys: ~130 splits, the longest merge; the combine releases its dependents early
+CALLS_BEHIND = 200  # a missing wait shows as a race; against a build without the waits both tests fail every run
+
+
+def right_behind_our_kernel(follow, calls: int = CALLS_BEHIND) -> torch.Tensor:
+    """Calls our kernel `calls` times into a NaN-filled o and launches `follow(o)` right after each; returns o.
+    Batch 1, 128 rows, 65536 keys: ~130 splits, the longest merge; the combine releases its dependents early."""
     batch = make_verify_batch(16, 8, 1, 65536, device="cuda", seed=6, qo_indptr_dtype=torch.int64,
                               mask_dtype=torch.uint8)
-    layer = Layer()
-    layer.enable.copy_(torch.tensor([1, 0], dtype=torch.int32))  # custom mode: the epilogue checks o
     o = batch.fresh_output()
-    calls = 40
     for _ in range(calls):
         o.fill_(math.nan)
         assert api.verify_attention(*batch.args(o))
-        api.shadow_accumulate(o, o, layer.enable, layer.counters, EDGES, layer.workspace)
+        follow(o)
     torch.cuda.synchronize()
+    return o
+
+
+def test_the_epilogue_right_behind_our_kernel_reads_its_finished_output():
+    layer = Layer()
+    layer.enable.copy_(torch.tensor([1, 0], dtype=torch.int32))  # custom mode: the epilogue checks o
+    o = right_behind_our_kernel(
+        lambda o: api.shadow_accumulate(o, o, layer.enable, layer.counters, EDGES, layer.workspace))
     c = layer.counters.cpu()
-    assert (c[SERVED], c[SERVE_BAD_O]) == (calls, 0), "the epilogue read o before our kernel finished writing it"
+    assert (c[SERVED], c[SERVE_BAD_O]) == (CALLS_BEHIND, 0), "the epilogue read o before our kernel finished writing it"
     assert torch.isfinite(o).all()
 
 
 def test_the_gate_right_behind_our_kernel_reads_its_finished_output():
     # the gate copies its qo_indptr; here that is o's storage, which our kernel's combine writes last
-    batch = make_verify_batch(16, 8, 1, 65536, device="cuda", seed=7, qo_indptr_dtype=torch.int64,
-                              mask_dtype=torch.uint8)
-    o = batch.fresh_output()
-    words = o.view(-1).view(torch.int32)
-    copy = torch.empty_like(words)
     state = torch.tensor([0, 1, 0, 0], dtype=torch.int32, device=DEV)  # triton mode: the gate copies
     enable = torch.zeros(2, dtype=torch.int32, device=DEV)
-    stale = 0
-    for _ in range(40):
-        o.fill_(math.nan)
-        assert api.verify_attention(*batch.args(o))
-        api.verify_gate(state, words, copy, enable)
-        stale += int(not torch.equal(copy, words))
-    assert stale == 0, f"the gate read o before our kernel finished writing it ({stale} of 40 calls)"
+    copy, stale = [], []
+
+    def gate_copies(o):
+        words = o.view(-1).view(torch.int32)
+        if not copy:
+            copy.append(torch.empty_like(words))
+        api.verify_gate(state, words, copy[0], enable)
+        stale.append(not torch.equal(copy[0], words))
+
+    right_behind_our_kernel(gate_copies)
+    assert not any(stale), f"the gate read o before our kernel finished writing it ({sum(stale)} of {len(stale)} calls)"
