@@ -163,8 +163,10 @@ struct TileConfig {
 
 // sm_90 class (227 KB shared memory per block): 64 rows x 32 keys, 3 stages, 8 warps, ~190 KB.
 using LargeTiles = TileConfig<64, 32, 3, 4, 2, 2, 4>;
-// sm_120 class (~99 KB per block): 32 rows x 16 keys, 2 stages, 4 warps, ~77 KB.
-using SmallTiles = TileConfig<32, 16, 2, 2, 2, 2, 2>;
+// sm_120 class (~99 KB per block): 32 rows x 16 keys, 3 stages, 4 warps, 94 KB. With two stages a tile's gather
+// had only the softmax before it to land (v60, docs/perf.md).
+using SmallTiles = TileConfig<32, 16, 3, 2, 2, 2, 2>;
+static_assert(SmallTiles::SMEM_BYTES <= 99 * 1024, "sm_120 allows 99 KB of shared memory per block");
 
 // ---------------------------------------------------------------------------------------------------------
 // Plan: split every request's work (its prefix keys plus kTailKeys for the draft tail, which costs about one tile)
@@ -442,17 +444,19 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     return key < key_end ? (int64_t)kv_indices[w.kv_start + key] : 0;
   };
   // Gather prefix tile kt into a stage; `ids` are its row ids (global memory in the prologue, then the
-  // shared ring, filled one tile ahead so no load in this loop waits on an index).
+  // shared ring, filled one tile ahead so no load in this loop waits on an index). THREADS / N_TILE consecutive
+  // threads copy a row in whole 128-byte lines: one row id and one address per thread, its pieces at fixed offsets
+  // (v61; per-piece address arithmetic took ~20 % of the small tiles' time).
+  static_assert(C::THREADS % C::N_TILE == 0 && kRowChunks % (C::THREADS / C::N_TILE) == 0, "gather layout");
+  constexpr int kRowThreads = C::THREADS / C::N_TILE;
   auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {
-    const int kbase = key_begin + kt * C::N_TILE;
-    __nv_bfloat16* dst = sKV + stage * C::N_TILE * C::LD;
+    const int r = tid / kRowThreads, c0 = tid % kRowThreads;
+    const bool valid = key_begin + kt * C::N_TILE + r < key_end;
+    const __nv_bfloat16* src = valid ? a.kv + (ids != nullptr ? ids[r] : row_id(kt, r)) * a.skv + c0 * 8 : a.kv;
+    __nv_bfloat16* dst = sKV + (stage * C::N_TILE + r) * C::LD + c0 * 8;
 #pragma unroll
-    for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
-      const int r = i / kRowChunks, ch = i - r * kRowChunks;
-      const bool valid = kbase + r < key_end;
-      const int64_t row = ids != nullptr ? ids[r] : row_id(kt, r);
-      cp_async16(dst + r * C::LD + ch * 8, valid ? a.kv + row * a.skv + ch * 8 : a.kv, valid ? 16 : 0);
-    }
+    for (int j = 0; j < kRowChunks / kRowThreads; ++j)
+      cp_async16(dst + j * kRowThreads * 8, valid ? src + j * kRowThreads * 8 : a.kv, valid ? 16 : 0);
   };
 
   float acc[C::MT_O][C::NT_O][4];

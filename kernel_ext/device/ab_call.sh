@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A/B of prebuilt library variants (kernel_ext/build/variants/*.so), interleaved, no Triton: per-shape lines in logs.
+# A/B of prebuilt library variants (VARIANTS/*.so, default kernel_ext/build/variants), interleaved, no Triton:
+# per-shape lines in logs.
 # Even rounds run the variants in reverse order, so that no variant always runs first.
 #   GRIDS="quick combine" ROUNDS=2 bash kernel_ext/device/ab_call.sh
 # BENCH_ARGS adds options to every benchmark run (e.g. --no-early-start); TAG then names those runs apart.
@@ -8,12 +9,12 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/.bundle/sglang"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 for round in $(seq "${ROUNDS:-1}"); do
   for grid in ${GRIDS:-quick}; do
-    libs=(kernel_ext/build/variants/*.so)
+    libs=(${VARIANTS:-kernel_ext/build/variants}/*.so)
     (( round % 2 == 0 )) && libs=($(printf '%s\n' "${libs[@]}" | sort -r))
     for lib in "${libs[@]}"; do
       name=$(basename "$lib" .so)
       run="${name}_${grid}${TAG:+_$TAG}_$round"
-      CUTOVER_KERNEL_LIB="$PWD/$lib" timeout 60 python3 -m kernel_ext.bench --grid "$grid" --no-triton \
+      CUTOVER_KERNEL_LIB="$(realpath "$lib")" timeout 60 python3 -m kernel_ext.bench --grid "$grid" --no-triton \
         ${BENCH_ARGS:-} --label "$name" --out "/tmp/ab_$run" > "$OUT/$run.log" 2>&1
       echo "$run rc=$?"
     done

@@ -4,6 +4,8 @@ The full grid (issue 3: H {8,16} x T {1,2,8,16,32,64} x batch {1,3,8,32} x prefi
 runs as `python -m kernel_ext.gpu_parity --subset full`; these tests keep a slice of it, the live-switch
 checks and a CUDA-graph replay in the suite. Each case: fresh random inputs, unused KV rows NaN, outputs
 NaN-poisoned; pass = our relative L2 error against float64 <= 1.25x SGLang Triton's, every output written.
+The parity cases and the early-start check run twice: in the configuration the device picks, and in the small
+mma.sync tiles that sm_120 runs.
 """
 from __future__ import annotations
 
@@ -24,6 +26,19 @@ CASES = [
 ]
 
 
+# Kernel configurations: the one the H200 picks (wgmma), and the small mma.sync tiles that sm_120, production's
+# arch, runs (forced here; docs/kernel.md, "sm_120").
+TILE_CONFIGS = {"auto": 0, "sm120_small_tiles": 2}
+
+
+@pytest.fixture(params=sorted(TILE_CONFIGS))
+def tile_config(request, monkeypatch):
+    from kernel_ext import api
+
+    monkeypatch.setattr(api, "TILE_CONFIG", TILE_CONFIGS[request.param])
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def parity():
     import torch
@@ -38,7 +53,7 @@ def parity():
 
 @pytest.mark.sglang
 @pytest.mark.parametrize("H,T,batch,prefix,mask,index", CASES)
-def test_kernel_matches_float64_at_least_as_well_as_triton(parity, H, T, batch, prefix, mask, index):
+def test_kernel_matches_float64_at_least_as_well_as_triton(parity, tile_config, H, T, batch, prefix, mask, index):
     gpu_parity, triton_fwd, torch = parity
     case = gpu_parity.make_case(H, T, batch, prefix, mask, getattr(torch, index), seed=H * 1000 + T * 10 + batch)
     row = gpu_parity.run_case(case, triton_fwd, dict(H=H, T=T, batch=batch, prefix=prefix, mask=mask))
@@ -48,7 +63,7 @@ def test_kernel_matches_float64_at_least_as_well_as_triton(parity, H, T, batch, 
 
 
 @pytest.mark.sglang
-def test_mixed_prefix_lengths_and_int8_mask(parity):
+def test_mixed_prefix_lengths_and_int8_mask(parity, tile_config):
     gpu_parity, triton_fwd, torch = parity
     case = gpu_parity.make_case(16, 16, 5, [4097, 0, 63, 20000, 9], "tree", mask_dtype=torch.int8, seed=5)
     row = gpu_parity.run_case(case, triton_fwd, {})
@@ -69,7 +84,7 @@ def test_graph_replay_follows_inputs_and_gate_without_recapture():
     assert not failed, failed
 
 
-def test_early_start_back_to_back_equals_plain_stream_order():
+def test_early_start_back_to_back_equals_plain_stream_order(tile_config):
     from kernel_ext import gpu_parity
 
     failed = [c["check"] for c in gpu_parity.check_early_start() if not c["passed"]]
