@@ -300,6 +300,14 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     if arch == NO_GPU and values["serving_kind"] != "sandbox":
         raise bad("gpu_arch", "is 'none', which only a sandbox host may declare",
                   "set the host's real arch (e.g. sm_120)")
+    if not isinstance(values.get("gpu_check", True), bool):
+        raise bad("gpu_check", f"must be true or false, found {values['gpu_check']!r}")
+    device = values.get("gpu_check_device", 0)
+    if not isinstance(device, int) or isinstance(device, bool) or device < 0:
+        raise bad("gpu_check_device", f"must be a GPU index (0, 1, ...), found {device!r}")
+    timeout = values.get("gpu_check_timeout_s", 900)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise bad("gpu_check_timeout_s", f"must be a positive number of seconds, found {timeout!r}")
     if "serving_port" in values and not isinstance(values["serving_port"], int):
         raise bad("serving_port", f"must be an integer port, found {values['serving_port']!r}")
     restart = values.get("serving_restart_command")

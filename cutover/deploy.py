@@ -1,7 +1,8 @@
 """`cutover stage`: lock, preflight, stage through Ansible, restart where agreed, journal, unlock.
 
 Every host change happens inside playbooks/preflight.yml and playbooks/stage.yml (canary first); this
-module decides what to ask of them and reports per host from Ansible's stats and events. A host that cannot
+module decides what to ask of them and reports per host from Ansible's stats and events. Before `current`
+moves, stage.yml runs the release's kernel acceptance on the host's GPU (cutover/acceptance.py). A host that cannot
 be reached is named and left out; the others go on. A failure half-way leaves the host in mode triton with
 either the old or the new release current, never a half-copied one, and a re-run completes it.
 """
@@ -28,6 +29,7 @@ class HostStage:
     changed: int = 0
     restarted: bool = False
     message: str = ""
+    gpu_check: str = ""  # what the kernel acceptance on the host's GPU found (or why it did not run)
 
 
 @dataclass
@@ -80,21 +82,29 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
             else:
                 report.restart_declined, restart = restart, []
         _preflight(inventory, reachable, states, release, check=check, verbose=verbose, say=say)
-        result = ansible.run_playbook(
-            "stage.yml", inventory, reachable, check=check, verbose=verbose,
-            extravars={
-                "cutover_release_id": release.release_id,
-                "cutover_release_src": str(release.path.resolve()),
-                "cutover_release_files": release.manifest["files"],
-                "cutover_operator": settings.operator,
-                "cutover_restart_hosts": restart,
-                "cutover_heartbeat_stale_s": settings.heartbeat_stale_s,
-            })
+        result = ansible.run_playbook("stage.yml", inventory, reachable, check=check, verbose=verbose,
+                                      extravars=stage_extravars(release, settings, restart))
         for host in reachable:
+            note = result.hosts[host.name].facts.get("cutover_acceptance", {}).get("note")
+            if note:
+                by_name[host.name].gpu_check = note
+                say(f"{host.name}: {note}")
             _record(by_name[host.name], result.hosts[host.name], host.name in restart, check)
             if not check and not result.hosts[host.name].unreachable:
                 _journal(states[host.name], by_name[host.name], release.release_id)
     return report
+
+
+def stage_extravars(release: Release, settings: Settings, restart: list[str]) -> dict:
+    """What playbooks/stage.yml is told: the release, who stages it, and where serving restarts."""
+    return {
+        "cutover_release_id": release.release_id,
+        "cutover_release_src": str(release.path.resolve()),
+        "cutover_release_files": release.manifest["files"],
+        "cutover_operator": settings.operator,
+        "cutover_restart_hosts": restart,
+        "cutover_heartbeat_stale_s": settings.heartbeat_stale_s,
+    }
 
 
 def _check_plugin_wheels(hosts: list[Host]) -> None:

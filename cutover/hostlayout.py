@@ -12,6 +12,7 @@ are absent. Everything that names a path or a field of a host-side file lives he
     <state_dir>/stats/rank-<r>.jsonl         divergence stats per interval, per layer
     <state_dir>/captures/                    bounded captures of the worst divergent inputs
     <state_dir>/verdicts/<run_id>.json       shadow verdicts
+    <state_dir>/acceptance/<release_id>.*    the release's kernel acceptance on this host's GPU (record, log)
     <state_dir>/journal.jsonl                append-only audit log
     <state_dir>/lock                         one operator at a time, with owner and expiry
 """
@@ -96,6 +97,12 @@ class HostPaths:
 
     def verdict(self, run_id: str) -> str:
         return self._state("verdicts", f"{run_id}.json")
+
+    def acceptance_record(self, release_id: str) -> str:
+        return self._state("acceptance", f"{release_id}.json")
+
+    def acceptance_log(self, release_id: str) -> str:
+        return self._state("acceptance", f"{release_id}.log")
 
     @property
     def journal(self) -> str:

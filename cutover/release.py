@@ -1,8 +1,11 @@
 """Kernel releases: `cutover build` compiles kernel_ext into dist/releases/<release_id>/ with a manifest.
 
-The release id is derived from the kernel source-tree hash, the target archs, the nvcc version and the ABI
-version, so the same sources give the same id and a rebuild is a no-op. A release is built in a temporary
-directory next to its final place and renamed into place only when complete: a failed build leaves nothing.
+The release id is derived from the kernel source-tree hash (the CUDA sources and kernel_ext's Python), the
+target archs, the nvcc version and the ABI version, so the same sources give the same id and a rebuild is a
+no-op. Besides the library, a release carries kernel_ext's Python under python/kernel_ext/: the code of the
+kernel's acceptance on each host's GPU at stage (cutover/acceptance.py), and of its benchmark there. A release
+is built in a temporary directory next to its final place and renamed into place only when complete: a failed
+build leaves nothing.
 
 manifest.json: release_id, files {name: sha256}, library, archs, nvcc_version, min_driver, abi_version,
 source_tree_hash, source_rev (git commit, "+dirty" if the kernel sources have local changes), built_at, built_by.
@@ -20,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from cutover.acceptance import PYTHON_DIR
 from cutover.errors import BuildError, ConfigError
 
 MANIFEST = "manifest.json"
@@ -57,6 +61,11 @@ def source_tree_hash(files: list[Path], root: Path) -> str:
     return digest.hexdigest()
 
 
+def python_files(kernel_build) -> list[Path]:
+    """kernel_ext's Python modules, which a release carries (PYTHON_DIR/kernel_ext/)."""
+    return sorted(Path(kernel_build.__file__).resolve().parent.glob("*.py"))
+
+
 def release_id_for(tree_hash: str, archs: list[str], nvcc_version: str, abi_version) -> str:
     """Readable and deterministic: the tree hash prefix, then a hash of everything else that shapes the binary."""
     build = hashlib.sha256(json.dumps([sorted(archs), nvcc_version, abi_version]).encode()).hexdigest()
@@ -79,7 +88,7 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
     archs = list(archs or getattr(kb, "DEFAULT_ARCHS", DEFAULT_ARCHS))
     try:
         nvcc_version = str(kb.nvcc_version(nvcc))
-        sources = [Path(p) for p in kb.source_files()]
+        sources = [Path(p) for p in kb.source_files()] + python_files(kb)
     except kb.KernelBuildError as exc:
         raise BuildError(f"cannot build the kernel: {exc}",
                          hint="install the CUDA toolkit (nvcc) or pass its path with --nvcc") from exc
@@ -103,6 +112,10 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
         except kb.KernelBuildError as exc:
             raise BuildError(f"the kernel failed to compile for {', '.join(archs)}: {exc}",
                              hint="fix the compile error above; nothing was written to " + str(out_dir)) from exc
+        package = tmp / PYTHON_DIR / "kernel_ext"
+        package.mkdir(parents=True)
+        for module in python_files(kb):
+            shutil.copyfile(module, package / module.name)
         manifest = {
             "release_id": release_id,
             "library": library.resolve().relative_to(tmp.resolve()).as_posix(),

@@ -5,8 +5,9 @@
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
 SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. Each
 timed launch is queued behind a spin kernel, so the host's submission is not part of the time
-(`kernel_ext.cudagraph.time_queued`). KV rows are scattered over a pool of at least 256 MB and small shapes
-rotate through several index sets, so the L2 cache does not serve repeated calls. The roofline bound is
+(`kernel_ext.cudagraph.time_queued`). KV rows are scattered over a pool of at least 256 MB, and every kernel's
+graph cycles through as many index sets as it takes to touch 512 MB of KV rows, and at least 4x the device's L2
+(H200 50 MB, RTX PRO 6000 Blackwell 128 MB), so the L2 cache does not serve repeated calls. The roofline bound is
 max(min bytes / copy bandwidth, flops / bf16 matmul rate), both ceilings measured in the same run. Our calls run
 with early start, as the plugin runs them (each call may plan while the kernel before it finishes: here the
 previous call's combine, in the plugin the gate); --no-early-start times them in plain stream order. Writes
@@ -42,7 +43,14 @@ GRIDS = {
 }
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
-MAX_SETS = 64
+ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
+MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 455 sets for 512 MB
+
+
+def rotation_sets(kv_bytes: int, l2_bytes: int) -> int:
+    """Index sets a shape cycles through, so that one cycle touches max(ROTATE_BYTES, 4 x L2) bytes of KV rows."""
+    target = max(ROTATE_BYTES, ROTATE_L2_MULTIPLE * l2_bytes)
+    return max(1, min(MAX_SETS, -(-target // max(kv_bytes, 1))))
 
 
 def measure_copy_bandwidth() -> float:
@@ -106,7 +114,8 @@ class Shape:
         gen = torch.Generator(device="cuda").manual_seed(seed)
         total = batch * prefix
         kv_bytes = total * MLA_QK_DIM * 2
-        self.sets = max(1, min(MAX_SETS, ROTATE_BYTES // max(kv_bytes, 1)))
+        l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        self.sets = rotation_sets(kv_bytes, l2_bytes)
         pool = max(2 * total, MIN_POOL_BYTES // (MLA_QK_DIM * 2), self.sets * total)
         self.k_buffer = torch.randn(pool, 1, MLA_QK_DIM, generator=gen, device="cuda").to(torch.bfloat16)
         self.v_buffer = self.k_buffer[..., :MLA_V_DIM]
@@ -157,7 +166,7 @@ def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: in
                       reps=reps, calls=shape.sets)
     row = dict(H=shape.H, T=shape.T, batch=shape.batch, prefix=shape.prefix, mask=shape.mask, sets=shape.sets,
                ours_us=ours * 1e3, triton_us=None, shared_us=None)
-    calls = min(shape.sets, 4)  # SGLang's kernels are slower: fewer calls per graph
+    calls = shape.sets  # SGLang's kernels cycle through the same sets: fewer would let L2 serve small shapes
     if triton_fwd is not None:
         row["triton_us"] = time_graph(rotating(shape, triton_fwd), reps=triton_reps, calls=calls) * 1e3
     if shared_fwd is not None and shape.mask == "chain":

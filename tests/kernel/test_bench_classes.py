@@ -49,3 +49,15 @@ def test_ab_compare_groups_by_the_issue_classes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "memory-bound: median 0.900 min 0.900 max 0.900 (n=2)" in out
     assert "compute-bound: median 0.900 min 0.900 max 0.900 (n=2)" in out
+
+
+def test_every_rotation_touches_512_mb_and_4x_the_l2_so_no_call_finds_its_rows_in_l2():
+    row_bytes, mb = 576 * 2, 1 << 20
+    smallest = 1 * 1024 * row_bytes  # batch 1, prefix 1024: 1.2 MB of rows
+    assert bench.rotation_sets(smallest, 50 * mb) == 456  # H200: 512 MB
+    assert bench.rotation_sets(smallest, 128 * mb) == 456  # RTX PRO 6000 Blackwell: 4 x 128 MB = 512 MB
+    assert bench.rotation_sets(smallest, 256 * mb) == 911  # a larger L2 sets the target
+    assert bench.rotation_sets(64 * 65536 * row_bytes, 50 * mb) == 1  # one call already streams 4.8 GB
+    for kv_bytes in (smallest, 4 * 4096 * row_bytes, 16 * 16384 * row_bytes):
+        sets = bench.rotation_sets(kv_bytes, 128 * mb)
+        assert sets * kv_bytes >= 512 * mb and (sets - 1) * kv_bytes < 512 * mb

@@ -36,6 +36,9 @@ def test_ct200_inventory_describes_the_production_target():
     ({"cutover_root": None}, "cutover_root", "is missing"),
     ({"serving_restart_command": None}, "serving_restart_command", "is missing"),
     ({"cutover_state_dir": "{{ x }}"}, "cutover_state_dir", "uses Jinja templating"),
+    ({"gpu_check": "yes"}, "gpu_check", "must be true or false, found 'yes'"),
+    ({"gpu_check_device": -1}, "gpu_check_device", "must be a GPU index (0, 1, ...), found -1"),
+    ({"gpu_check_timeout_s": 0}, "gpu_check_timeout_s", "must be a positive number of seconds, found 0"),
 ])
 def test_bad_host_fields_name_file_host_and_field(tmp_path, override, field, problem):
     inventory = write_inventory(tmp_path / "inv.yml", tmp_path, **override)
