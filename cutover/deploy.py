@@ -2,8 +2,8 @@
 
 Every host change happens inside playbooks/preflight.yml and playbooks/stage.yml (canary first); this
 module decides what to ask of them and reports per host from Ansible's stats and events. Before `current`
-moves, stage.yml runs the release's kernel acceptance on the host's GPU (cutover/acceptance.py). A host that cannot
-be reached is named and left out; the others go on. A failure half-way leaves the host in mode triton with
+moves, stage.yml runs the release's kernel acceptance on the host's GPU (cutover/acceptance.py). A host that
+cannot be reached is named and left out; the others go on. A failure half-way leaves the host in mode triton with
 either the old or the new release current, never a half-copied one, and a re-run completes it.
 """
 

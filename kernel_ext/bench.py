@@ -44,7 +44,7 @@ GRIDS = {
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
 ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
-MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 455 sets for 512 MB
+MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 456 sets for 512 MB
 
 
 def rotation_sets(kv_bytes: int, l2_bytes: int) -> int:

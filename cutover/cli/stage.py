@@ -33,8 +33,9 @@ def stage(
 
     Per host: lock, preflight (GPU arch, driver, serving env, disk), copy and verify sha256 on the host,
     run the release's GPU parity subset on the host's GPU (inventory: gpu_check, gpu_check_device,
-    gpu_check_timeout_s), switch current/previous atomically, install the plugin, control.json in mode triton, and restart
-    serving only where it does not run this release yet and you agree (--yes or a prompt).
+    gpu_check_timeout_s), switch current/previous atomically, install the plugin, control.json in mode
+    triton, and restart serving only where it does not run this release yet and you agree (--yes or a
+    prompt).
     Staging the same release again changes nothing. --check reports without changing anything.
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
