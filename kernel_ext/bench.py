@@ -300,7 +300,10 @@ def main(argv=None) -> int:
                       summary=summarise(rows))
         (args.out / "bench.json").write_text(json.dumps(report, indent=1))  # a run cut short keeps its rows
     (args.out / "bench.md").write_text(markdown(report))
-    plot(report, args.out / "bench.png")
+    try:
+        plot(report, args.out / "bench.png")
+    except ImportError:  # a serving environment (CT200's) may lack matplotlib: the JSON and Markdown are written
+        print("bench.png not drawn: matplotlib is not installed", flush=True)
     s = report["summary"]
     print(f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); roofline fraction "
           f"memory-bound median {s['median_roof_memory']} min {s['min_roof_memory']}, compute-bound median "
