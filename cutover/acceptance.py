@@ -12,7 +12,6 @@ Standard library only: playbooks/library/cutover_acceptance.py runs this on the 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -62,13 +61,15 @@ def judge(report: dict) -> tuple[bool, str]:
     """Whether a kernel_ext.gpu_parity report accepts the kernel, and one line saying what ran and what failed."""
     problems = []
     failed = [c for c in report.get("cases", []) if not c.get("passed")]
-    if failed or not report.get("total"):
-        problems.append(f"{len(failed)} failed case(s): " + "; ".join(_case_name(c) for c in failed[:CASES_NAMED])
-                        if failed else "no parity case ran")
+    if failed:
+        problems.append(f"{len(failed)} failed case(s): " + "; ".join(_case_name(c) for c in failed[:CASES_NAMED]))
+    elif not report.get("total"):
+        problems.append("no parity case ran")
     failed_checks = [c.get("check", "?") for c in report.get("checks", []) if not c.get("passed")]
-    if failed_checks or not report.get("checks_total"):
-        problems.append("failed live-switch check(s): " + ", ".join(failed_checks) if failed_checks
-                        else "no live-switch check ran")
+    if failed_checks:
+        problems.append("failed live-switch check(s): " + ", ".join(failed_checks))
+    elif not report.get("checks_total"):
+        problems.append("no live-switch check ran")
     if not report.get("triton_reference"):
         problems.append("SGLang's Triton kernel is not importable by the serving Python, so the kernel was not "
                         "compared with it")
@@ -84,18 +85,6 @@ def mps_control_pipe(env: dict) -> str | None:
     client reaches every client on its GPU, so a faulting acceptance run would take serving ranks with it."""
     path = os.path.join(env.get(MPS_PIPE_ENV) or MPS_DEFAULT_PIPE, "control")
     return path if os.path.exists(path) else None
-
-
-def serving_live(runtime_dir: str, stale_s: float, now: float | None = None) -> bool:
-    """Whether any rank's heartbeat file (runtime/rank-<r>.json) was rewritten within the last stale_s seconds."""
-    now = time.time() if now is None else now
-    for path in glob.glob(os.path.join(runtime_dir, "rank-*.json")):
-        try:
-            if now - os.path.getmtime(path) <= stale_s:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:

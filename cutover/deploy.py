@@ -85,11 +85,9 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
         result = ansible.run_playbook("stage.yml", inventory, reachable, check=check, verbose=verbose,
                                       extravars=stage_extravars(release, settings, restart))
         for host in reachable:
-            note = result.hosts[host.name].facts.get("cutover_acceptance", {}).get("note")
-            if note:
-                by_name[host.name].gpu_check = note
-                say(f"{host.name}: {note}")
             _record(by_name[host.name], result.hosts[host.name], host.name in restart, check)
+            if by_name[host.name].gpu_check:
+                say(f"{host.name}: {by_name[host.name].gpu_check}")
             if not check and not result.hosts[host.name].unreachable:
                 _journal(states[host.name], by_name[host.name], release.release_id)
     return report
@@ -160,6 +158,7 @@ def _hosts_to_restart(states: dict[str, HostState], release_id: str) -> list[str
 
 def _record(line: HostStage, outcome: ansible.HostOutcome, restarting: bool, check: bool) -> None:
     line.changed = outcome.changed
+    line.gpu_check = outcome.facts.get("cutover_acceptance", {}).get("note", "")
     if outcome.unreachable:
         line.outcome, line.message = "unreachable", outcome.message or ""
     elif not outcome.ok:

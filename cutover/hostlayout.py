@@ -186,6 +186,33 @@ class Heartbeat:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
+def read_json(path: str):
+    """A host file's JSON: None when the file is missing, {} when it is not valid JSON."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+
+
+def live_heartbeats(paths: HostPaths, tp_size: int, stale_s: float) -> dict[int, Heartbeat]:
+    """The heartbeats of ranks 0 .. tp_size-1 written within the last stale_s seconds (host clock), by rank."""
+    now = time.time()
+    beats = {}
+    for rank in range(tp_size):
+        data = read_json(paths.heartbeat(rank))
+        if data:
+            try:
+                beat = Heartbeat.from_json(json.dumps(data))
+            except TypeError:
+                continue
+            if now - beat.written_at <= stale_s:
+                beats[rank] = beat
+    return beats
+
+
 def atomic_write_text(path: str, text: str, mode: int = 0o644) -> None:
     """Write a file so readers see the old or the new content, never a torn one (temp + fsync + rename)."""
     directory = os.path.dirname(path) or "."

@@ -88,7 +88,8 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
     archs = list(archs or getattr(kb, "DEFAULT_ARCHS", DEFAULT_ARCHS))
     try:
         nvcc_version = str(kb.nvcc_version(nvcc))
-        sources = [Path(p) for p in kb.source_files()] + python_files(kb)
+        modules = python_files(kb)
+        sources = [Path(p) for p in kb.source_files()] + modules
     except kb.KernelBuildError as exc:
         raise BuildError(f"cannot build the kernel: {exc}",
                          hint="install the CUDA toolkit (nvcc) or pass its path with --nvcc") from exc
@@ -114,7 +115,7 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
                              hint="fix the compile error above; nothing was written to " + str(out_dir)) from exc
         package = tmp / PYTHON_DIR / "kernel_ext"
         package.mkdir(parents=True)
-        for module in python_files(kb):
+        for module in modules:
             shutil.copyfile(module, package / module.name)
         manifest = {
             "release_id": release_id,

@@ -15,14 +15,15 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cutover_acceptance import (
-    PYTHON_DIR,
-    log_tail,
-    mps_control_pipe,
-    run_acceptance,
-    serving_live,
+from ansible.module_utils.cutover_acceptance import PYTHON_DIR, log_tail, mps_control_pipe, run_acceptance
+from ansible.module_utils.cutover_hostlayout import (
+    HostPaths,
+    append_jsonl,
+    atomic_write_text,
+    journal_entry,
+    live_heartbeats,
+    read_json,
 )
-from ansible.module_utils.cutover_hostlayout import HostPaths, append_jsonl, atomic_write_text, journal_entry
 
 DOCUMENTATION = r"""
 module: cutover_acceptance
@@ -38,16 +39,9 @@ options:
   enabled: {type: bool, default: true, description: "the inventory's gpu_check"}
   device: {type: int, default: 0, description: "which GPU runs the check (CUDA_VISIBLE_DEVICES)"}
   timeout_s: {type: float, default: 900, description: "the run is killed and refused after this long"}
+  tp_size: {type: int, default: 1, description: "ranks that heartbeat while serving runs"}
   stale_s: {type: float, default: 10, description: "a heartbeat older than this is not live serving"}
 """
-
-
-def read_json(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
 
 
 def main():
@@ -63,6 +57,7 @@ def main():
             "enabled": {"type": "bool", "default": True},
             "device": {"type": "int", "default": 0},
             "timeout_s": {"type": "float", "default": 900},
+            "tp_size": {"type": "int", "default": 1},
             "stale_s": {"type": "float", "default": 10},
         },
         supports_check_mode=True,
@@ -92,7 +87,7 @@ def main():
         done(True, "would run the kernel acceptance on GPU %d" % device)
 
     pipe = mps_control_pipe(os.environ)
-    if pipe and serving_live(paths.runtime, p["stale_s"]):
+    if pipe and live_heartbeats(paths, p["tp_size"], p["stale_s"]):
         module.fail_json(msg="this host runs CUDA MPS (%s) and serving is live: under MPS a fault in the acceptance "
                              "run would reach every client on GPU %d, serving ranks included. Stage in a maintenance "
                              "window with serving stopped (the run then has the GPU to itself), or set gpu_check: "

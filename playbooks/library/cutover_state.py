@@ -23,11 +23,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cutover_hostlayout import (
     ControlRecord,
-    Heartbeat,
     HostPaths,
     append_jsonl,
     atomic_write_text,
     journal_entry,
+    live_heartbeats,
+    read_json,
 )
 from ansible.module_utils.cutover_phases import phase_after_stage
 
@@ -53,16 +54,6 @@ options:
 """
 
 
-def read_json(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {}
-
-
 def read_control(paths):
     try:
         with open(paths.control) as handle:
@@ -71,21 +62,6 @@ def read_control(paths):
         return None
     except (ValueError, TypeError):
         return ControlRecord(mode="corrupt")
-
-
-def live_heartbeats(paths, tp_size, stale_s):
-    now = time.time()
-    beats = {}
-    for rank in range(tp_size):
-        data = read_json(paths.heartbeat(rank))
-        if data:
-            try:
-                beat = Heartbeat.from_json(json.dumps(data))
-            except TypeError:
-                continue
-            if now - beat.written_at <= stale_s:
-                beats[rank] = beat
-    return beats
 
 
 def write_triton(paths, current, operator, reason, release_id):

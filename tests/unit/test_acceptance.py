@@ -9,11 +9,13 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from cutover import acceptance
+from cutover.hostlayout import Heartbeat, HostPaths, live_heartbeats
 
 
 def parity_report(**changes) -> dict:
@@ -113,12 +115,17 @@ def test_an_mps_daemon_is_found_by_its_control_pipe(tmp_path: Path):
     assert acceptance.mps_control_pipe({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == str(tmp_path / "control")
 
 
-def test_serving_is_live_while_a_rank_rewrites_its_heartbeat(tmp_path: Path):
-    assert not acceptance.serving_live(str(tmp_path / "runtime"), 10)
-    beat = tmp_path / "rank-3.json"
-    beat.write_text("{}")
-    os.utime(beat, (1000.0, 1000.0))
-    assert acceptance.serving_live(str(tmp_path), 10, now=1005.0)
-    assert not acceptance.serving_live(str(tmp_path), 10, now=1011.0)
-    (tmp_path / "armed-rank-3.json").write_text("{}")  # a crash marker is no heartbeat
-    assert not acceptance.serving_live(str(tmp_path), 10, now=1011.0)
+def test_serving_is_live_while_a_rank_heartbeat_is_fresh(tmp_path: Path):
+    # the MPS guard's "serving is live": hostlayout.live_heartbeats, as stage's wait and rollback read it
+    paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    assert live_heartbeats(paths, 2, 10) == {}
+    beat = Heartbeat(rank=1, pid=42, host="h", mode_active="triton", generation_seen=0, release_id="r", kernel="cuda",
+                     written_at=time.time())
+    os.makedirs(paths.runtime)
+    Path(paths.heartbeat(1)).write_text(beat.to_json())
+    assert set(live_heartbeats(paths, 2, 10)) == {1}
+    beat.written_at -= 11
+    Path(paths.heartbeat(1)).write_text(beat.to_json())
+    assert live_heartbeats(paths, 2, 10) == {}
+    Path(paths.armed_marker(1)).write_text("{}")  # a crash marker is no heartbeat
+    assert live_heartbeats(paths, 2, 10) == {}
