@@ -2,9 +2,11 @@
 
     python -m cutover.plugin.bench_overhead [--out DIR] [--reps N] [--shapes "H,T,BATCH,PREFIX ..."]
 
-For each shape, five graphs are captured, each holding ``CALLS_PER_GRAPH`` back-to-back calls of one layer:
-bare SGLang Triton kernel, bare CUDA kernel, and the plugin's dispatch in triton (idle), shadow (sample every
-call) and custom mode. Reported per call: median replay time / calls, and the overheads
+For each shape, five graphs are captured, each holding back-to-back calls of one layer: bare SGLang Triton
+kernel, bare CUDA kernel, and the plugin's dispatch in triton (idle), shadow (sample every call) and custom mode.
+The calls cycle through scattered KV index sets as ``kernel_ext.bench``'s do (``rotation_sets``: each cycle touches
+max(512 MB, 4 x L2) of KV rows), so the L2 cache does not serve a small shape's repeated calls; a graph holds one
+cycle, and at least ``CALLS_PER_GRAPH`` calls. Reported per call: median replay time / calls, and the overheads
 idle - stock, custom - bare custom, shadow - (stock + bare custom). Writes ``plugin_overhead.json`` and
 ``plugin_overhead.md`` under --out and prints the table. GPU only.
 """
@@ -12,6 +14,7 @@ idle - stock, custom - bare custom, shadow - (stock + bare custom). Writes ``plu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -19,9 +22,10 @@ import tempfile
 
 import torch
 
-from kernel_ext.bench import parse_shapes
+from kernel_ext.bench import parse_shapes, rotating, rotation_sets
+from kernel_ext.reference import MLA_QK_DIM
 
-CALLS_PER_GRAPH = 10
+CALLS_PER_GRAPH = 10  # the fewest calls a graph holds (more where the rotation has more index sets)
 SHAPES = [  # (heads, draft tokens T, batch, prefix)
     (8, 8, 1, 4096),
     (8, 16, 8, 8192),
@@ -30,12 +34,36 @@ SHAPES = [  # (heads, draft tokens T, batch, prefix)
 ]
 
 
-def _time_us(graph, reps: int) -> float:
+class RotatedBatch:
+    """A verify batch in SGLang's graph-replay layout whose calls cycle through ``sets`` KV index sets, scattered
+    over one pool of random rows (``args(i)``: the arguments of call i's set)."""
+
+    def __init__(self, heads: int, t: int, batch_size: int, prefix: int):
+        from kernel_ext.testing import make_verify_batch
+
+        l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        self.sets = rotation_sets(batch_size * prefix * MLA_QK_DIM * 2, l2_bytes)
+        batch = make_verify_batch(heads, t, batch_size, prefix, device="cuda", seed=1, nan_unused_rows=False,
+                                  qo_indptr_dtype=torch.int64, mask_dtype=torch.uint8,
+                                  pool_factor=max(2.0, float(self.sets)))
+        batch.k_buffer.normal_()  # every pool row random, as a serving pool's
+        pool, total = batch.k_buffer.shape[0], batch.kv_indices.numel()
+        gen = torch.Generator(device="cuda").manual_seed(2)
+        index_sets = [batch.kv_indices] + [
+            torch.randperm(pool, generator=gen, device="cuda")[:total].to(batch.kv_indices.dtype)
+            for _ in range(self.sets - 1)]
+        self._args = [dataclasses.replace(batch, kv_indices=indices).args() for indices in index_sets]
+
+    def args(self, i: int) -> tuple:
+        return self._args[i]
+
+
+def _time_us(graph, reps: int, calls: int) -> float:
     from kernel_ext.cudagraph import replay_ms
 
     for _ in range(3):
         graph.replay()
-    return replay_ms(graph, reps, CALLS_PER_GRAPH) * 1000.0
+    return replay_ms(graph, reps, calls) * 1000.0
 
 
 def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
@@ -43,28 +71,28 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     from cutover.plugin.dispatch import verify_site
     from cutover.plugin.graphs import switch_mode
     from kernel_ext.cudagraph import capture_graph
-    from kernel_ext.testing import make_verify_batch
 
     heads, t, batch_size, prefix = shape
-    batch = make_verify_batch(heads, t, batch_size, prefix, device="cuda", seed=1, nan_unused_rows=False,
-                              qo_indptr_dtype=torch.int64, mask_dtype=torch.uint8)
-    args = batch.args()
+    batch = RotatedBatch(heads, t, batch_size, prefix)
+    calls = max(CALLS_PER_GRAPH, batch.sets)
     workspace = torch.empty(kernel_ext.workspace_bytes(batch_size, heads, t), dtype=torch.uint8, device="cuda")
     dispatcher = runtime.wrap(stock)
 
-    def plugin_call():
+    def plugin_call(*args):
         with verify_site(0):
             dispatcher(*args)
 
-    row = {"heads": heads, "T": t, "batch": batch_size, "prefix": prefix}
-    row["stock_us"] = _time_us(capture_graph(lambda: stock(*args), CALLS_PER_GRAPH), reps)
-    row["custom_bare_us"] = _time_us(capture_graph(lambda: kernel_ext.verify_attention(*args, workspace=workspace),
-                                             CALLS_PER_GRAPH), reps)
+    def timed(call) -> float:
+        return _time_us(capture_graph(rotating(batch, call), calls), reps, calls)
+
+    row = {"heads": heads, "T": t, "batch": batch_size, "prefix": prefix, "sets": batch.sets, "calls": calls}
+    row["stock_us"] = timed(stock)
+    row["custom_bare_us"] = timed(lambda *args: kernel_ext.verify_attention(*args, workspace=workspace))
     switch_mode(runtime, paths, "triton", next(generations))
-    graph = capture_graph(plugin_call, CALLS_PER_GRAPH)  # one capture serves every mode
+    graph = capture_graph(rotating(batch, plugin_call), calls)  # one capture serves every mode
     for mode in ("triton", "shadow", "custom"):
         switch_mode(runtime, paths, mode, next(generations))
-        row[f"plugin_{mode}_us"] = _time_us(graph, reps)
+        row[f"plugin_{mode}_us"] = _time_us(graph, reps, calls)
     row["idle_overhead_us"] = row["plugin_triton_us"] - row["stock_us"]
     row["custom_overhead_us"] = row["plugin_custom_us"] - row["custom_bare_us"]
     row["shadow_overhead_us"] = row["plugin_shadow_us"] - row["stock_us"] - row["custom_bare_us"]
@@ -73,13 +101,13 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
 
 
 def markdown(rows: list[dict], device_name: str, dispatch: str) -> str:
-    head = ("| H | T | batch | prefix | stock us | custom bare us | plugin triton us | plugin shadow us | "
+    head = ("| H | T | batch | prefix | index sets | stock us | custom bare us | plugin triton us | plugin shadow us | "
             "plugin custom us | idle overhead us | custom overhead us | shadow overhead us | custom speedup |")
     lines = [f"Plugin overhead per verify call, CUDA-graph replay, {device_name} "
-             f"({CALLS_PER_GRAPH} calls per graph; dispatch: {dispatch})",
-             "", head, "|" + "---|" * 13]
+             f"(calls per graph: one cycle of the KV index sets, at least {CALLS_PER_GRAPH}; dispatch: {dispatch})",
+             "", head, "|" + "---|" * 14]
     for r in rows:
-        lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['stock_us']:.1f} | "
+        lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['sets']} | {r['stock_us']:.1f} | "
                      f"{r['custom_bare_us']:.1f} | {r['plugin_triton_us']:.1f} | {r['plugin_shadow_us']:.1f} | "
                      f"{r['plugin_custom_us']:.1f} | {r['idle_overhead_us']:+.1f} | {r['custom_overhead_us']:+.1f} | "
                      f"{r['shadow_overhead_us']:+.1f} | {r['custom_speedup_vs_stock']:.1f}x |")
@@ -119,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 "after stock)")
     os.makedirs(args.out, exist_ok=True)
     document = {"device": device_name, "torch": torch.__version__, "stock_module": stock_module,
-                "calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "abi_version": kernel_ext.ABI_VERSION,
+                "min_calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "abi_version": kernel_ext.ABI_VERSION,
                 "dispatch": dispatch, "rows": rows}
     with open(os.path.join(args.out, "plugin_overhead.json"), "w") as handle:
         json.dump(document, handle, indent=2)
