@@ -3,7 +3,8 @@
 `StatsSummary` folds the plugin's stats records (docs/architecture.md) into per-layer totals as they arrive;
 `evaluate_shadow` checks them, together with what the operator side observed of every rank (heartbeat age,
 mode, restarts), against a `ShadowPolicy`. While the run is going (`final=False`) only the gates a breach can
-trip are checked; duration, volume and p99 are judged at the end (p99 earlier once a layer has the volume).
+trip are checked; duration, volume (per host and rank), truth-anchor coverage and p99 are judged at the end (p99
+earlier once a layer has the volume).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class StatsSummary:
     ignored: int = 0
     first_ts: float | None = None
     last_ts: float | None = None
+    rank_compared: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)  # (host, rank) -> layer -> n
 
     def add(self, host: str, record: dict) -> bool:
         """Fold one stats record in; records of another generation or mode are ignored (returns False)."""
@@ -80,10 +82,12 @@ class StatsSummary:
         self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
         self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         where = f"{host} rank {record.get('rank', '?')}"
+        rank_compared = self.rank_compared.setdefault((host, int(record.get("rank", -1))), {})
         for name, data in (record.get("layers") or {}).items():
             layer = self.layers.setdefault(str(name), LayerStats())
             layer.calls += int(data.get("calls", 0))
             layer.compared += int(data.get("compared", 0))
+            rank_compared[str(name)] = rank_compared.get(str(name), 0) + int(data.get("compared", 0))
             hist = data.get("rel_l2_hist") or []
             for index, count in enumerate(hist[:HIST_BUCKETS]):
                 layer.rel_l2_hist[index] += int(count)
@@ -268,52 +272,121 @@ def evaluate_shadow(
     for rank in ranks:
         results.extend(_rank_gates(policy, rank, expected_mode))
     if final:
-        results.extend(_completion_gates(policy, summary, elapsed_s))
-    failed_gates = {result.gate for result in results}
-    for gate, text in _passed_descriptions(policy, final).items():
-        if gate not in failed_gates:
+        results.extend(_completion_gates(policy, summary, ranks, elapsed_s))
+    reported = {result.gate for result in results}
+    for gate, text in _passed_descriptions(policy, summary, final).items():
+        if gate not in reported:
             results.append(GateResult(gate, True, text))
     return Verdict(passed=all(result.passed for result in results), final=final, results=results)
 
 
-def _completion_gates(policy: ShadowPolicy, summary: StatsSummary, elapsed_s: float) -> list[GateResult]:
-    failed = []
+def _completion_gates(
+    policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankObservation], elapsed_s: float
+) -> list[GateResult]:
+    """Duration, volume and truth-anchor coverage: judged once, at the end of the run."""
+    results = []
     if elapsed_s < policy.min_duration_s:
-        failed.append(
+        results.append(
             GateResult(
                 "duration", False, f"ran {elapsed_s:.0f} s, policy needs at least " f"{policy.min_duration_s:.0f} s"
             )
         )
+    results.extend(_volume_gates(policy, summary, ranks))
+    truth = _truth_coverage(policy, summary)
+    if truth:
+        results.append(truth)
+    return results
+
+
+def _volume_gates(policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankObservation]) -> list[GateResult]:
+    """Every host compared `min_compared_calls` in every layer, and each of its ranks its share: the ranks of a
+    host see the same verify calls (tensor parallelism), and promote trusts the verdict host by host."""
     if not summary.layers:
-        failed.append(
+        return [
             GateResult(
                 "compared_calls",
                 False,
                 "no verify call was compared (no stats records for " "this run: is traffic reaching the server?)",
             )
-        )
-    else:
-        name, layer = min(summary.sorted_layers(), key=lambda item: item[1].compared)
-        if layer.compared < policy.min_compared_calls:
+        ]
+    failed = []
+    for host, rank_ids in _ranks_by_host(ranks).items():
+        if not any((host, rank) in summary.rank_compared for rank in rank_ids):
             failed.append(
                 GateResult(
                     "compared_calls",
                     False,
-                    f"layer {name}: {layer.compared} compared calls, "
-                    f"policy needs at least {policy.min_compared_calls}",
-                    layer=name,
+                    f"host {host}: no stats record of this run was read from any of its {len(rank_ids)} ranks "
+                    f"(is verify traffic reaching it? can cutover read its stats/ directory?)",
+                    host=host,
                 )
             )
+            continue
+        share = math.ceil(policy.min_compared_calls / len(rank_ids))
+        for rank in rank_ids:
+            counts = summary.rank_compared.get((host, rank), {})
+            name, count = min(((name, counts.get(name, 0)) for name, _ in summary.sorted_layers()),
+                              key=lambda item: item[1])
+            if count < share:
+                failed.append(
+                    GateResult(
+                        "compared_calls",
+                        False,
+                        f"host {host} rank {rank}: layer {name}: {count} compared calls, policy needs at least "
+                        f"{share} per rank ({policy.min_compared_calls} per host over {len(rank_ids)} ranks)",
+                        layer=name,
+                        host=host,
+                        rank=rank,
+                    )
+                )
     return failed
 
 
-def _passed_descriptions(policy: ShadowPolicy, final: bool) -> dict[str, str]:
+def _ranks_by_host(ranks: list[RankObservation]) -> dict[str, list[int]]:
+    by_host: dict[str, list[int]] = {}
+    for rank in ranks:
+        by_host.setdefault(rank.host, []).append(rank.rank)
+    return by_host
+
+
+TRUTH_SAMPLES_HINT = (
+    "the plugin audits only verify calls SGLang runs eagerly (batches above --cuda-graph-max-bs; graph replays "
+    "never reach Python) whose inputs fit 64 MiB (about 58k prefix tokens per call); to get samples, shadow "
+    "while one server runs some verify batches eagerly (a lower --cuda-graph-max-bs)"
+)
+
+
+def _truth_coverage(policy: ShadowPolicy, summary: StatsSummary) -> GateResult | None:
+    """A failure when the run has fewer float64-anchored samples than the policy needs; a non-gating,
+    labelled result when it has none and the policy needs none; None when samples were checked."""
+    samples = summary.totals()["truth_samples"]
+    needed = policy.truth_anchor_min_samples
+    if samples < needed:
+        return GateResult(
+            "truth_anchor",
+            False,
+            f"{samples} float64-anchored samples, policy needs at least {needed} "
+            f"(shadow.truth_anchor_min_samples): {TRUTH_SAMPLES_HINT}",
+        )
+    if samples == 0:
+        return GateResult(
+            "truth_anchor",
+            True,
+            f"NOT CHECKED (not gating): no float64-anchored sample in this run; {TRUTH_SAMPLES_HINT}; "
+            f"set shadow.truth_anchor_min_samples to make samples required",
+        )
+    return None
+
+
+def _passed_descriptions(policy: ShadowPolicy, summary: StatsSummary, final: bool) -> dict[str, str]:
+    truth_samples = summary.totals()["truth_samples"]
     texts = {
         "rel_l2_max": f"every layer's worst relative L2 <= {policy.rel_l2_max:.3g}",
         "max_abs": f"every layer's max abs difference <= {policy.max_abs:.3g}",
         "nonfinite": f"non-finite outputs <= {policy.max_nonfinite}",
         "truth_anchor": (
-            f"custom error vs float64 <= {policy.truth_anchor_k} x Triton's + {policy.truth_anchor_floor:.3g}"
+            f"custom error vs float64 <= {policy.truth_anchor_k} x Triton's + {policy.truth_anchor_floor:.3g} "
+            f"on all {truth_samples} samples"
         ),
         "silence": f"every rank heartbeating within {policy.max_silence_s:g} s",
         "restart": f"restarts <= {policy.max_unclean_restarts}",
@@ -322,5 +395,7 @@ def _passed_descriptions(policy: ShadowPolicy, final: bool) -> dict[str, str]:
     if final:
         texts["rel_l2_p99"] = f"every layer's relative L2 p99 <= {policy.rel_l2_p99:.3g}"
         texts["duration"] = f"ran at least {policy.min_duration_s:.0f} s"
-        texts["compared_calls"] = f"every layer compared at least {policy.min_compared_calls} calls"
+        texts["compared_calls"] = (
+            f"every host compared at least {policy.min_compared_calls} calls in every layer, each rank its share"
+        )
     return texts

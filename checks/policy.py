@@ -31,6 +31,7 @@ class ShadowPolicy:
     max_nonfinite: int
     truth_anchor_k: float
     truth_anchor_floor: float
+    truth_anchor_min_samples: int
     max_silence_s: float
     max_unclean_restarts: int
 
@@ -64,6 +65,7 @@ _BOUNDS = {
     "max_nonfinite": (int, 0, True),
     "truth_anchor_k": (float, 1.0, True),
     "truth_anchor_floor": (float, 0.0, True),
+    "truth_anchor_min_samples": (int, 0, True),
     "max_silence_s": (float, 0.0, False),
     "max_unclean_restarts": (int, 0, True),
     "watch_minutes": (float, 0.0, False),

@@ -7,6 +7,10 @@ whose Triton kernel is the reference) with the release's own kernel_ext code (`<
 on one GPU. A kernel that faults, leaves outputs unwritten, or strays from SGLang's kernel on this GPU is
 refused there, before `current` points at it and before any serving process loads it.
 
+A pass is recorded with the sha256 of the library it ran, and counts only for those bytes: the release id names
+the sources, not the binary (two builds of the same sources differ), so another build under the same id is
+checked again.
+
 Standard library only: playbooks/library/cutover_acceptance.py runs this on the host (a module_utils link).
 """
 
@@ -78,6 +82,19 @@ def judge(report: dict) -> tuple[bool, str]:
                f"{report.get('checks_total')} live-switch checks on {report.get('gpu')}"
                + (f", worst error {ratio:.3f}x SGLang's kernel's" if isinstance(ratio, (int, float)) else ""))
     return not problems, summary + ("; " + "; ".join(problems) if problems else "")
+
+
+def recorded_pass(record: dict | None, release_id: str, library_sha256: str | None) -> tuple[bool, str]:
+    """Whether a stored acceptance record covers the library now in the release: (covered, why not). `why not`
+    is empty unless a pass is stored for this id and the release holds a library other than the one it ran."""
+    if (not isinstance(record, dict) or not record.get("passed") or record.get("release_id") != release_id
+            or library_sha256 is None):
+        return False, ""
+    accepted = record.get("library_sha256")
+    if accepted == library_sha256:
+        return True, ""
+    return False, (f"the acceptance recorded for release {release_id} ran library sha256 {accepted or '(not recorded)'}"
+                   f", this build's library is {library_sha256}: another build, so it runs again")
 
 
 def mps_control_pipe(env: dict) -> str | None:

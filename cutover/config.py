@@ -34,6 +34,10 @@ DEFAULT_CONFIG = "~/.config/cutover/config.yml"
 # Variables whose values cutover reads itself: they must be literal (no Jinja).
 PATH_VARS = ("cutover_root", "cutover_state_dir", "serving_python")
 OPERATOR_PATH_VARS = ("cutover_known_hosts", "ansible_ssh_private_key_file", "cutover_plugin_wheel")
+DEFAULT_SERIAL = [1, "100%"]  # Ansible `serial` of a rollout: the canary alone, then every other host
+SERIAL_PERCENT = re.compile(r"^([1-9]\d?|100)%$")
+# How long a (re)started serving process may take to heartbeat with the new release, by serving_kind.
+DEFAULT_START_TIMEOUT_S = {"sglang": 900, "sandbox": 120}
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,18 @@ class Host:
 
     @property
     def start_timeout_s(self) -> float:
-        """How long a (re)started serving process may take to heartbeat with the new release."""
-        default = 900 if self.serving_kind == "sglang" else 120
-        return float(self.vars.get("serving_start_timeout_s", default))
+        """How long a (re)started serving process may take to heartbeat with the new release (the playbooks
+        read the same resolved `serving_start_timeout_s`)."""
+        return float(self.vars["serving_start_timeout_s"])
+
+    @property
+    def serving_port(self) -> int:
+        """The HTTP port of the serving process (ConfigError naming the field when the inventory has none)."""
+        if "serving_port" not in self.vars:
+            raise ConfigError(f"{self.inventory_file}: host {self.name!r}: field 'serving_port' is missing",
+                              hint="set the HTTP port of the serving process (SGLang or the sandbox) in the host's "
+                                   "or a group's vars, e.g. serving_port: 30001")
+        return self.vars["serving_port"]
 
     @property
     def manages_plugin(self) -> bool:
@@ -109,11 +122,13 @@ class Host:
 
 @dataclass
 class Inventory:
-    """Hosts in rollout order (a host with `cutover_canary: true` first, then inventory order)."""
+    """Hosts in rollout order (a host with `cutover_canary: true` first, then inventory order) and the
+    rollout's Ansible `serial` (`cutover_serial`, one value for the whole inventory)."""
 
     path: Path
     hosts: list[Host]
     groups: dict[str, list[str]] = field(default_factory=dict)
+    serial: int | str | list = field(default_factory=lambda: list(DEFAULT_SERIAL))
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts matching `--limit` (comma- or colon-separated host or group names), in rollout order."""
@@ -215,7 +230,33 @@ def load_inventory(path: str | None) -> Inventory:
         raise ConfigError(f"{file}: field 'hosts': the inventory declares no host")
     resolved = [_validated_host(file, name, hosts[name]) for name in order]
     resolved.sort(key=lambda h: not h.vars.get("cutover_canary", False))
-    return Inventory(path=file, hosts=resolved, groups=groups)
+    return Inventory(path=file, hosts=resolved, groups=groups, serial=_rollout_serial(file, resolved))
+
+
+def _rollout_serial(file: Path, hosts: list[Host]) -> int | str | list:
+    """The one `cutover_serial` of the inventory: a rollout is one play, and Ansible reads `serial` per play."""
+    values = {h.name: h.vars.get("cutover_serial", DEFAULT_SERIAL) for h in hosts}
+    first = hosts[0].name
+    for name, value in values.items():
+        if value != values[first]:
+            raise ConfigError(
+                f"{file}: field 'cutover_serial' differs between hosts ({first}: {values[first]!r}, "
+                f"{name}: {value!r})",
+                hint="set it once for every host, in the vars of the `all` group (a rollout runs in one play)")
+    return values[first]
+
+
+def _seconds_ok(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _serial_ok(value) -> bool:
+    """An Ansible `serial` cutover accepts: a batch size >= 1, a percentage 1%..100%, or a non-empty list of them."""
+    if isinstance(value, list):
+        return bool(value) and all(_serial_ok(item) for item in value)
+    if isinstance(value, str):
+        return bool(SERIAL_PERCENT.match(value))
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _read_yaml(file: Path):
@@ -305,9 +346,13 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     device = values.get("gpu_check_device", 0)
     if not isinstance(device, int) or isinstance(device, bool) or device < 0:
         raise bad("gpu_check_device", f"must be a GPU index (0, 1, ...), found {device!r}")
-    timeout = values.get("gpu_check_timeout_s", 900)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise bad("gpu_check_timeout_s", f"must be a positive number of seconds, found {timeout!r}")
+    values.setdefault("serving_start_timeout_s", DEFAULT_START_TIMEOUT_S[values["serving_kind"]])
+    for key in ("gpu_check_timeout_s", "serving_start_timeout_s"):
+        if key in values and not _seconds_ok(values[key]):
+            raise bad(key, f"must be a positive number of seconds, found {values[key]!r}")
+    if "cutover_serial" in values and not _serial_ok(values["cutover_serial"]):
+        raise bad("cutover_serial", "must be a batch size, a percentage or a list of them (Ansible serial), "
+                  f"found {values['cutover_serial']!r}", 'e.g. [1, "100%"] (the canary, then the rest) or 3')
     if "serving_port" in values and not isinstance(values["serving_port"], int):
         raise bad("serving_port", f"must be an integer port, found {values['serving_port']!r}")
     restart = values.get("serving_restart_command")

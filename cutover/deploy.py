@@ -9,13 +9,15 @@ either the old or the new release current, never a half-copied one, and a re-run
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
 from cutover import ansible
-from cutover.config import Host, Inventory, Settings
+from cutover.config import DEFAULT_SERIAL, Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, HostError
 from cutover.hoststate import HostState, LockRecord
 from cutover.release import Release
@@ -66,12 +68,13 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
         states = _connect(hosts, settings, stack, by_name, say)
         locks: dict[str, LockRecord] = {}
         stack.callback(_release_locks, states, locks)
-        # The lock must outlive the longest restart wait of this rollout.
-        ttl = max([settings.lock_ttl_s] + [h.start_timeout_s + 600 for h in hosts])
         for name, state in states.items():
             state.check_phase("staged")
             if not check:
-                locks[name] = state.acquire_lock("stage", ttl)
+                locks[name] = state.acquire_lock("stage", settings.lock_ttl_s)
+
+        def keep_locks():
+            return _locks_kept(states, locks, settings.lock_ttl_s, say)
         reachable = [h for h in hosts if h.name in states]
         if not reachable:
             return report
@@ -81,9 +84,13 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
                 say(f"will restart serving on {', '.join(restart)} to load {release.release_id}")
             else:
                 report.restart_declined, restart = restart, []
-        _preflight(inventory, reachable, states, release, check=check, verbose=verbose, say=say)
-        result = ansible.run_playbook("stage.yml", inventory, reachable, check=check, verbose=verbose,
-                                      extravars=stage_extravars(release, settings, restart))
+        with keep_locks():
+            preflight = ansible.run_playbook("preflight.yml", inventory, reachable, check=check, verbose=verbose,
+                                             extravars=preflight_extravars(release))
+        _judge_preflight(preflight, reachable, states, release, check=check, say=say)
+        with keep_locks():
+            result = ansible.run_playbook("stage.yml", inventory, reachable, check=check, verbose=verbose,
+                                          extravars=stage_extravars(release, settings, restart, inventory.serial))
         for host in reachable:
             _record(by_name[host.name], result.hosts[host.name], host.name in restart, check)
             if by_name[host.name].gpu_check:
@@ -93,9 +100,12 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
     return report
 
 
-def stage_extravars(release: Release, settings: Settings, restart: list[str]) -> dict:
-    """What playbooks/stage.yml is told: the release, who stages it, and where serving restarts."""
+def stage_extravars(release: Release, settings: Settings, restart: list[str],
+                    serial: int | str | list = DEFAULT_SERIAL) -> dict:
+    """What playbooks/stage.yml is told: the release, who stages it, where serving restarts, and the rollout's
+    batches (Ansible reads a play's `serial` before any host's variables exist)."""
     return {
+        "cutover_serial": serial,
         "cutover_release_id": release.release_id,
         "cutover_release_src": str(release.path.resolve()),
         "cutover_release_files": release.manifest["files"],
@@ -128,13 +138,42 @@ def _connect(hosts: list[Host], settings: Settings, stack: ExitStack, by_name: d
     return states
 
 
-def _preflight(inventory: Inventory, hosts: list[Host], states: dict[str, HostState], release: Release, *,
-               check: bool, verbose: bool, say: Callable[[str], None]) -> None:
-    """Run preflight.yml; HostError (and a journaled refusal) if any host fails; print the checks' notes."""
-    manifest = release.manifest
-    preflight = ansible.run_playbook(
-        "preflight.yml", inventory, hosts, check=check, verbose=verbose,
-        extravars={"cutover_release_archs": manifest["archs"], "cutover_release_min_driver": manifest["min_driver"]})
+def preflight_extravars(release: Release) -> dict:
+    """What playbooks/preflight.yml is told: what the release's library needs of a host."""
+    return {"cutover_release_archs": release.manifest["archs"],
+            "cutover_release_min_driver": release.manifest["min_driver"]}
+
+
+@contextlib.contextmanager
+def _locks_kept(states: dict[str, HostState], locks: dict[str, LockRecord], ttl_s: float,
+                say: Callable[[str], None]):
+    """Renew `locks` every third of `ttl_s` from a background thread while a playbook runs: the GPU check and
+    the restarts of a rollout can outlast any fixed lock. A failed renewal is reported when the playbook ends
+    (stopping Ansible half-way would leave more to explain)."""
+    stop, problems = threading.Event(), []
+
+    def renew() -> None:
+        while not stop.wait(ttl_s / 3):
+            for name, lock in locks.items():
+                try:
+                    states[name].renew_lock(lock, ttl_s)
+                except CutoverError as err:
+                    problems.append(f"{name}: the stage lock could not be renewed: {err.message}")
+
+    keeper = threading.Thread(target=renew, name="cutover-stage-lock", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+        for problem in problems:
+            say(problem)
+
+
+def _judge_preflight(preflight: ansible.PlaybookResult, hosts: list[Host], states: dict[str, HostState],
+                     release: Release, *, check: bool, say: Callable[[str], None]) -> None:
+    """HostError (and a journaled refusal) if preflight.yml failed on any host; print the checks' notes."""
     if not preflight.ok:
         problems = "\n".join(preflight_message(o) if not o.unreachable else
                              f"host {o.name} is unreachable: {o.message}" for o in preflight.failed())

@@ -19,10 +19,12 @@ are absent. Everything that names a path or a field of a host-side file lives he
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
@@ -177,12 +179,27 @@ class Heartbeat:
     written_at: float = 0.0
     schema: int = SCHEMA_VERSION
 
+    @property
+    def stopped(self) -> bool:
+        """The final heartbeat of a clean exit (counters["stopped"]): the rank is gone, however fresh the file."""
+        return bool(self.counters.get("stopped"))
+
+    def live(self, stale_s: float, now: float | None = None) -> bool:
+        """Written within the last stale_s seconds (host clock) by a rank that has not stopped."""
+        return not self.stopped and (now or time.time()) - self.written_at <= stale_s
+
+    def acknowledges(self, generation: int, mode: str) -> bool:
+        """This rank applied `generation` (or a newer one) and runs `mode`: the request is in effect here."""
+        return self.generation_seen >= generation and self.mode_active == mode
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Heartbeat":
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("heartbeat is not a JSON object")
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
@@ -197,20 +214,47 @@ def read_json(path: str):
         return {}
 
 
+def read_heartbeat(path: str) -> Heartbeat | None:
+    """A heartbeat file, or None when it is missing or not a heartbeat."""
+    try:
+        with open(path) as handle:
+            return Heartbeat.from_json(handle.read())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def live_heartbeats(paths: HostPaths, tp_size: int, stale_s: float) -> dict[int, Heartbeat]:
-    """The heartbeats of ranks 0 .. tp_size-1 written within the last stale_s seconds (host clock), by rank."""
+    """The live heartbeats (Heartbeat.live) of ranks 0 .. tp_size-1, by rank."""
     now = time.time()
-    beats = {}
-    for rank in range(tp_size):
-        data = read_json(paths.heartbeat(rank))
-        if data:
-            try:
-                beat = Heartbeat.from_json(json.dumps(data))
-            except TypeError:
-                continue
-            if now - beat.written_at <= stale_s:
-                beats[rank] = beat
-    return beats
+    beats = {rank: read_heartbeat(paths.heartbeat(rank)) for rank in range(tp_size)}
+    return {rank: beat for rank, beat in beats.items() if beat and beat.live(stale_s, now)}
+
+
+def recorded_heartbeats(paths: HostPaths) -> list[Heartbeat]:
+    """The last heartbeat of every rank that left one, live, stale or stopped: what each rank last saw."""
+    try:
+        names = sorted(os.listdir(paths.runtime))
+    except OSError:
+        return []
+    beats = [read_heartbeat(os.path.join(paths.runtime, name)) for name in names
+             if name.startswith("rank-") and name.endswith(".json")]
+    return [beat for beat in beats if beat]
+
+
+def next_generation(current: ControlRecord | None, heartbeats: Iterable[Heartbeat]) -> int:
+    """The generation of the next control record: above the file's (None: missing or corrupt) and above every
+    generation a rank has seen, since ranks apply strictly newer generations only and ignore the rest."""
+    seen = [beat.generation_seen for beat in heartbeats if isinstance(beat.generation_seen, int)]
+    return max([current.generation if current else 0, *seen]) + 1
+
+
+def sha256_file(path: str) -> str:
+    """The sha256 of a file's bytes, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def atomic_write_text(path: str, text: str, mode: int = 0o644) -> None:

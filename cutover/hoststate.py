@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from cutover import phases
 from cutover.config import Host, Settings
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
-from cutover.hostlayout import ControlRecord, Heartbeat, journal_entry
+from cutover.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
@@ -30,14 +31,43 @@ class LockRecord:
     expires_at: float
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     pid: int = field(default_factory=os.getpid)
+    client: str = field(default_factory=socket.gethostname)  # the machine the holding cutover runs on
 
-    def expired(self, now: float | None = None) -> bool:
-        return (now or time.time()) >= self.expires_at
+    def running_elsewhere(self) -> bool:
+        """Whether the holder is another cutover process that still runs on this machine, or one on another
+        machine (whose liveness cannot be checked from here). A lock of an older format names no machine."""
+        if not self.client:
+            return False
+        if self.client != socket.gethostname():
+            return True
+        if self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
-    def describe(self, now: float | None = None) -> str:
-        left = self.expires_at - (now or time.time())
+    def expired(self, now: float) -> bool:
+        """Whether the lock ran out at `now`, a time on the host's clock (HostState.now)."""
+        return now >= self.expires_at
+
+    def describe(self, now: float) -> str:
+        left = self.expires_at - now
         state = f"{left:.0f} s left" if left > 0 else f"expired {-left:.0f} s ago"
-        return f"{self.owner} ({self.action}, {state})"
+        where = f", pid {self.pid} on {self.client}" if self.client else ""
+        return f"{self.owner} ({self.action}, {state}{where})"
+
+
+def parse_lock(text: str) -> LockRecord:
+    """A lock file's record; an unreadable one reads as long expired (it can be taken over)."""
+    try:
+        data = json.loads(text)
+        return LockRecord(**{k: data[k] for k in LockRecord.__dataclass_fields__ if k in data})
+    except (ValueError, TypeError):
+        return LockRecord(owner="<unreadable lock file>", action="?", acquired_at=0.0, expires_at=0.0, client="")
 
 
 @dataclass
@@ -82,6 +112,11 @@ class HostState:
         self.settings = settings
         self.paths = host.paths
 
+    def now(self) -> float:
+        """The host's clock, as a UNIX time: what leases, locks and heartbeats on the host are measured by (the
+        plugin compares a lease with the host's clock; an operator's clock may be off)."""
+        return time.time() + self.transport.clock_offset()
+
     # control.json ---------------------------------------------------------------------------------------
     def read_control(self) -> ControlRecord | None:
         text = self.transport.read_text(self.paths.control)
@@ -102,15 +137,14 @@ class HostState:
             current = self.read_control()
         except HostError:
             current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
-        previous_gen = current.generation if current else self._highest_generation_seen()
         record = ControlRecord(
             mode=mode,
-            generation=previous_gen + 1,
-            lease_expires_at=time.time() + lease_s if lease_s else None,
+            generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
+            lease_expires_at=self.now() + lease_s if lease_s else None,
             release_id=release_id if release_id is not None else (current.release_id if current else None),
             sample_rate=sample_rate or (current.sample_rate if current else 1),
             set_by=self.settings.operator,
-            set_at=time.time(),
+            set_at=self.now(),
             reason=reason,
         )
         record.validate()
@@ -128,17 +162,13 @@ class HostState:
                 "someone else changed the mode",
                 hint="stop renewing; run `cutover status` to see who acted (journal)",
             )
-        current.lease_expires_at = time.time() + ttl_s
+        current.lease_expires_at = self.now() + ttl_s
         self.transport.write_atomic(self.paths.control, current.to_json())
         return current
 
-    def _highest_generation_seen(self) -> int:
-        seen = [v.heartbeat.generation_seen for v in self.ranks() if v.heartbeat]
-        return max(seen, default=0)
-
     # journal --------------------------------------------------------------------------------------------
     def journal(self, action: str, **details) -> dict:
-        entry = journal_entry(action, self.settings.operator, host=self.host.name, **details)
+        entry = journal_entry(action, self.settings.operator, host=self.host.name, ts=self.now(), **details)
         self.transport.append_line(self.paths.journal, json.dumps(entry, sort_keys=True))
         return entry
 
@@ -154,53 +184,62 @@ class HostState:
     # lock -----------------------------------------------------------------------------------------------
     def read_lock(self) -> LockRecord | None:
         text = self.transport.read_text(self.paths.lock)
-        if text is None:
-            return None
-        try:
-            data = json.loads(text)
-            return LockRecord(**{k: data[k] for k in LockRecord.__dataclass_fields__ if k in data})
-        except (ValueError, TypeError):
-            return LockRecord(owner="<unreadable lock file>", action="?", acquired_at=0.0, expires_at=0.0)
+        return None if text is None else parse_lock(text)
 
     def acquire_lock(self, action: str, ttl_s: float | None = None) -> LockRecord:
         """Take the host lock. Refused (LockHeldError, naming the owner) while another operator holds an
-        unexpired lock; an expired lock is taken over and the takeover journaled; our own lock is renewed."""
-        now = time.time()
+        unexpired lock, or we hold it in another cutover process that still runs; an expired lock is taken
+        over and the takeover journaled; our own lock left by a process that is gone is renewed."""
+        now = self.now()
         mine = LockRecord(self.settings.operator, action, now, now + (ttl_s or self.settings.lock_ttl_s))
         for _ in range(3):
             if self.transport.create_exclusive(self.paths.lock, json.dumps(asdict(mine))):
                 return mine
-            held = self.read_lock()
-            if held is None:
+            held_text = self.transport.read_text(self.paths.lock)
+            if held_text is None:
                 continue
-            if held.owner == mine.owner:
-                self.transport.write_atomic(self.paths.lock, json.dumps(asdict(mine)))
-                return mine
-            if not held.expired(now):
+            held = parse_lock(held_text)
+            if not held.expired(now) and (held.owner != mine.owner or held.running_elsewhere()):
                 raise LockHeldError(
                     f"host {self.host.name} is locked by {held.describe(now)}",
                     hint=f"wait for {held.owner} to finish or ask them; the lock expires at "
-                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at))} "
+                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at - self.transport.clock_offset()))} "
                     "(`cutover rollback` is never blocked)",
                 )
-            stale = f"{self.paths.lock}.stale-{uuid.uuid4().hex[:8]}"
-            if self.transport.rename_if_exists(self.paths.lock, stale):
-                self.transport.remove(stale)
+            if held.owner == mine.owner:
+                self.transport.write_atomic(self.paths.lock, json.dumps(asdict(mine)))
+                return mine
+            if self._remove_lock_if_unchanged(held_text):
                 if self.transport.create_exclusive(self.paths.lock, json.dumps(asdict(mine))):
                     self.journal("lock_takeover", previous_owner=held.owner, previous_action=held.action,
                                  previous_expired_at=held.expires_at, new_action=action)
                     return mine
         held = self.read_lock()
-        raise LockHeldError(f"host {self.host.name} is locked by {held.describe() if held else 'another operator'}",
+        owner = held.describe(self.now()) if held else "another operator"
+        raise LockHeldError(f"host {self.host.name} is locked by {owner}",
                             hint="another operator took the lock at the same moment: retry in a few seconds")
+
+    def _remove_lock_if_unchanged(self, expected_text: str) -> bool:
+        """Move the lock file aside and drop it if it still holds `expected_text` (the expired lock we judged);
+        a lock someone else created since is put back. True if the expired lock is gone."""
+        stale = f"{self.paths.lock}.stale-{uuid.uuid4().hex[:8]}"
+        if not self.transport.rename_if_exists(self.paths.lock, stale):
+            return True
+        moved = self.transport.read_text(stale)
+        if moved is not None and moved != expected_text:
+            self.transport.create_exclusive(self.paths.lock, moved)  # a fresh lock of another operator's
+            self.transport.remove(stale)
+            return False
+        self.transport.remove(stale)
+        return True
 
     def renew_lock(self, lock: LockRecord, ttl_s: float | None = None) -> LockRecord:
         held = self.read_lock()
         if held is None or held.token != lock.token:
-            owner = held.describe() if held else "nobody"
+            owner = held.describe(self.now()) if held else "nobody"
             raise LockHeldError(f"host {self.host.name}: our lock was lost (now held by {owner})",
                                 hint="stop what you are doing on this host; run `cutover status` to see who acts on it")
-        lock.expires_at = time.time() + (ttl_s or self.settings.lock_ttl_s)
+        lock.expires_at = self.now() + (ttl_s or self.settings.lock_ttl_s)
         self.transport.write_atomic(self.paths.lock, json.dumps(asdict(lock)))
         return lock
 
@@ -241,7 +280,7 @@ class HostState:
                 current = PhaseRecord(phase="unknown")  # a corrupt phase file is replaced
         else:
             current = self.check_phase(target)
-        record = PhaseRecord(target, release_id if release_id is not None else current.release_id, time.time(),
+        record = PhaseRecord(target, release_id if release_id is not None else current.release_id, self.now(),
                              self.settings.operator, reason, run_id)
         self.transport.write_atomic(self.paths.phase, json.dumps(asdict(record), sort_keys=True))
         return record
@@ -249,7 +288,7 @@ class HostState:
     # heartbeats and acknowledgement ---------------------------------------------------------------------
     def ranks(self, now: float | None = None) -> list[RankView]:
         """One view per expected rank (0 .. tp_size-1)."""
-        now = now or time.time()
+        now = now or self.now()
         views = []
         for rank in range(self.host.tp_size):
             text = self.transport.read_text(self.paths.heartbeat(rank))
@@ -260,8 +299,7 @@ class HostState:
                 except (ValueError, TypeError):
                     heartbeat = None
             age = now - heartbeat.written_at if heartbeat else None
-            live = (age is not None and age <= self.settings.heartbeat_stale_s
-                    and not heartbeat.counters.get("stopped"))  # a clean exit's final heartbeat says stopped
+            live = heartbeat is not None and heartbeat.live(self.settings.heartbeat_stale_s, now)
             views.append(RankView(rank, heartbeat, age, live))
         return views
 
@@ -285,6 +323,7 @@ class HostState:
             behind = [v for v in views if not v.fresh or v.heartbeat.generation_seen < generation]
             if not behind:
                 return AckResult(generation, serving=True, ranks=views)
+            self._check_generation_kept(generation)
             if time.monotonic() >= deadline:
                 detail = ", ".join(
                     f"rank {v.rank}: " + ("no live heartbeat" if not v.fresh
@@ -296,6 +335,17 @@ class HostState:
                     hint="check the serving process (cutover status); the lease, if any, still returns it to triton",
                 )
             time.sleep(poll_s)
+
+    def _check_generation_kept(self, generation: int) -> None:
+        """HostError if control.json went back below `generation` while we waited: another writer (a lease
+        renewal that read the file just before our write) replaced it, and the ranks that had not read ours yet
+        never will."""
+        control = self.read_control()
+        if control is None or control.generation < generation:
+            found = f"generation {control.generation} ({control.mode})" if control else "no control file"
+            raise HostError(f"host {self.host.name}: control.json was replaced while waiting for generation "
+                            f"{generation}: it now holds {found}",
+                            hint="run the same command again; `cutover status` and the journal show who wrote it")
 
     # verdicts and divergence ----------------------------------------------------------------------------
     def latest_verdict(self) -> dict | None:

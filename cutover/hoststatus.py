@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 
 from cutover.config import Host, Settings
@@ -13,11 +12,10 @@ from cutover.transport import open_transport
 
 def host_status(host: Host, settings: Settings) -> dict:
     """One host's state as a JSON-ready dict; an unreachable host gives {"reachable": False, "error": ...}."""
-    now = time.time()
     try:
         with open_transport(host) as transport:
             state = HostState(host, transport, settings)
-            return _read(host, state, transport, now)
+            return _read(host, state, transport, state.now())
     except CutoverError as err:
         return {"host": host.name, "reachable": False, "error": str(err)}
 
@@ -52,6 +50,7 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
     return {
         "host": host.name,
         "reachable": True,
+        "clock_offset_s": round(transport.clock_offset(), 3),
         "phase": phase,
         "phase_error": phase_error,
         "requested_mode": control.mode if control else None,

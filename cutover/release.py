@@ -30,6 +30,15 @@ MANIFEST = "manifest.json"
 LATEST = "LATEST"
 DEFAULT_ARCHS = ("sm_90a", "sm_120")
 RELEASES_DIR_ENV = "CUTOVER_RELEASES_DIR"
+# The manifest fields stage relies on: what each must be, and its test.
+MANIFEST_FIELDS = {
+    "release_id": ("a non-empty string", lambda v: isinstance(v, str) and bool(v)),
+    "files": ("a non-empty mapping of file name to sha256, which every host verifies the release against",
+              lambda v: isinstance(v, dict) and bool(v) and all(isinstance(d, str) for d in v.values())),
+    "archs": ("a non-empty list of archs such as sm_120",
+              lambda v: isinstance(v, list) and bool(v) and all(isinstance(a, str) for a in v)),
+    "min_driver": ("the minimum NVIDIA driver version, a string", lambda v: isinstance(v, str) and bool(v)),
+}
 
 
 @dataclass(frozen=True)
@@ -149,14 +158,31 @@ def load_release(path: Path) -> Release:
         raise BuildError(f"{path} is not a release: it has no {MANIFEST}", hint="run `cutover build`") from exc
     except ValueError as exc:
         raise BuildError(f"{manifest_path} is not valid JSON: {exc}", hint="rebuild with `cutover build`") from exc
+    _check_manifest(manifest_path, manifest)
     return Release(manifest["release_id"], path, manifest)
+
+
+def _check_manifest(manifest_path: Path, manifest) -> None:
+    """BuildError naming the first field that stage needs and the manifest lacks or holds in a wrong form."""
+    if not isinstance(manifest, dict):
+        raise BuildError(f"{manifest_path}: a manifest must be a JSON object, found {type(manifest).__name__}",
+                         hint="rebuild the release with `cutover build`")
+    for name, (wanted, valid) in MANIFEST_FIELDS.items():
+        if name not in manifest:
+            problem = "is missing"
+        elif not valid(manifest[name]):
+            problem = f"must be {wanted}, found {manifest[name]!r}"
+        else:
+            continue
+        raise BuildError(f"{manifest_path}: field {name!r} {problem}",
+                         hint=f"rebuild the release with `cutover build`; {name} must be {wanted}")
 
 
 def verify_local(path: Path) -> Release:
     """Load a release directory and check every file against its manifest (BuildError on any mismatch)."""
     release = load_release(path)
     manifest = release.manifest
-    for name, expected in manifest.get("files", {}).items():
+    for name, expected in manifest["files"].items():
         file = path / name
         if not file.is_file():
             raise BuildError(f"release {path.name}: {name} is missing", hint="rebuild with `cutover build`")

@@ -6,11 +6,13 @@ small state files of DESIGN.md; everything that deploys or installs goes through
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import getpass
 import os
 import socket
 import stat as statmod
+import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import PurePosixPath
@@ -20,6 +22,9 @@ import paramiko
 from cutover.config import Host
 from cutover.errors import HostError
 from cutover.hostlayout import atomic_write_text
+
+
+CLOCK_READ_TIMEOUT_S = 15.0
 
 
 class Transport(ABC):
@@ -41,7 +46,8 @@ class Transport(ABC):
 
     @abstractmethod
     def create_exclusive(self, path: str, text: str) -> bool:
-        """Create the file with this text only if it does not exist; False if it already exists."""
+        """Create the file with this text only if it does not exist; False if it already exists. The file appears
+        whole: a reader never finds it empty or half written."""
 
     @abstractmethod
     def rename_if_exists(self, path: str, new_path: str) -> bool:
@@ -80,6 +86,11 @@ class Transport(ABC):
     def _read_bytes_from(self, path: str, offset: int) -> bytes | None:
         """Raw bytes from offset to the end, or None if the file does not exist."""
 
+    def clock_offset(self) -> float:
+        """Seconds the host's clock is ahead of this machine's (0: the host is this machine). Times written into
+        the host's state files (leases, locks) and compared with times written there are on the host's clock."""
+        return 0.0
+
     def close(self) -> None:
         """Release the connection (nothing to do for local files)."""
 
@@ -91,61 +102,74 @@ class Transport(ABC):
 
 
 class LocalTransport(Transport):
-    """A host reached with `ansible_connection: local`: plain file access."""
+    """A host reached with `ansible_connection: local`: plain file access. A failed operation (a full disk, a
+    permission) is raised as HostError naming the host and path, as over SSH."""
 
     def __init__(self, host: str):
         self.host = host
 
-    def read_text(self, path: str) -> str | None:
+    @contextlib.contextmanager
+    def _errors(self, action: str, path: str):
         try:
-            with open(path) as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
+            yield
+        except OSError as exc:
+            raise HostError(f"host {self.host}: cannot {action} {path}: {exc}") from exc
+
+    def read_text(self, path: str) -> str | None:
+        with self._errors("read", path):
+            try:
+                with open(path) as handle:
+                    return handle.read()
+            except FileNotFoundError:
+                return None
 
     def write_atomic(self, path: str, text: str) -> None:
-        atomic_write_text(path, text)
+        with self._errors("write", path):
+            atomic_write_text(path, text)
 
     def append_line(self, path: str, line: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, (line.rstrip("\n") + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with self._errors("append to", path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, (line.rstrip("\n") + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def create_exclusive(self, path: str, text: str) -> bool:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
+        with self._errors("create", path):
+            tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}")
+            atomic_write_text(tmp, text)
+            try:
+                os.link(tmp, path)  # fails if path exists; a reader sees no file or the whole text
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
 
     def rename_if_exists(self, path: str, new_path: str) -> bool:
-        try:
-            os.rename(path, new_path)
-            return True
-        except FileNotFoundError:
-            return False
+        with self._errors("rename", path):
+            try:
+                os.rename(path, new_path)
+                return True
+            except FileNotFoundError:
+                return False
 
     def remove(self, path: str) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        with self._errors("remove", path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def size(self, path: str) -> int | None:
-        try:
-            return os.stat(path).st_size
-        except FileNotFoundError:
-            return None
+        with self._errors("stat", path):
+            try:
+                return os.stat(path).st_size
+            except FileNotFoundError:
+                return None
 
     def readlink(self, path: str) -> str | None:
         try:
@@ -154,27 +178,30 @@ class LocalTransport(Transport):
             return None
 
     def listdir(self, path: str) -> list[str]:
-        try:
-            return sorted(os.listdir(path))
-        except FileNotFoundError:
-            return []
+        with self._errors("list", path):
+            try:
+                return sorted(os.listdir(path))
+            except FileNotFoundError:
+                return []
 
     def _read_bytes_from(self, path: str, offset: int) -> bytes | None:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return None
+        with self._errors("read", path):
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    return handle.read()
+            except FileNotFoundError:
+                return None
 
     def read_tail(self, path: str, nbytes: int) -> str | None:
-        try:
-            with open(path, "rb") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - nbytes - 1))
-                return _whole_lines(handle.read(), size > nbytes)
-        except FileNotFoundError:
-            return None
+        with self._errors("read", path):
+            try:
+                with open(path, "rb") as handle:
+                    size = handle.seek(0, os.SEEK_END)
+                    handle.seek(max(0, size - nbytes - 1))
+                    return _whole_lines(handle.read(), size > nbytes)
+            except FileNotFoundError:
+                return None
 
 
 class SSHTransport(Transport):
@@ -182,6 +209,7 @@ class SSHTransport(Transport):
 
     def __init__(self, host: Host):
         self.host = host.name
+        self._offset: float | None = None
         self._client = connect(host)
         try:
             self._sftp = self._client.open_sftp()
@@ -192,6 +220,25 @@ class SSHTransport(Transport):
 
     def close(self) -> None:
         self._client.close()
+
+    def clock_offset(self) -> float:
+        """Measured once per session: the host's `date +%s.%N` against the midpoint of the round trip."""
+        if self._offset is None:
+            before = time.time()
+            try:
+                _, stdout, _ = self._client.exec_command("date +%s.%N", timeout=CLOCK_READ_TIMEOUT_S)
+                answer = stdout.read().decode(errors="replace").strip()
+            except (OSError, paramiko.SSHException) as exc:
+                raise HostError(f"host {self.host}: cannot read its clock: {exc}",
+                                hint="cutover runs `date` on the host over SSH: check that the login allows "
+                                     "commands") from exc
+            after = time.time()
+            try:
+                self._offset = float(answer) - (before + after) / 2
+            except ValueError as exc:
+                raise HostError(f"host {self.host}: `date +%s.%N` answered {answer!r}, not a time",
+                                hint="cutover needs GNU date on the host (coreutils)") from exc
+        return self._offset
 
     def _error(self, action: str, path: str, exc: Exception) -> HostError:
         return HostError(f"host {self.host}: cannot {action} {path}: {exc}")
@@ -206,6 +253,15 @@ class SSHTransport(Transport):
             raise self._error("read", path, exc) from exc
 
     def write_atomic(self, path: str, text: str) -> None:
+        tmp = self._write_temp(path, text)
+        try:
+            self._sftp.posix_rename(tmp, path)
+        except (OSError, paramiko.SSHException) as exc:
+            self._remove_quietly(tmp)
+            raise self._error("write", path, exc) from exc
+
+    def _write_temp(self, path: str, text: str) -> str:
+        """A new temporary file beside `path` holding `text`, synced to disk; its path."""
         self._makedirs(str(PurePosixPath(path).parent))
         tmp = str(PurePosixPath(path).parent / f".tmp-{uuid.uuid4().hex}")
         try:
@@ -214,13 +270,16 @@ class SSHTransport(Transport):
                 handle.flush()
                 self._fsync(handle)
             self._sftp.chmod(tmp, 0o644)
-            self._sftp.posix_rename(tmp, path)
         except (OSError, paramiko.SSHException) as exc:
-            try:
-                self._sftp.remove(tmp)
-            except (OSError, paramiko.SSHException):
-                pass
+            self._remove_quietly(tmp)
             raise self._error("write", path, exc) from exc
+        return tmp
+
+    def _remove_quietly(self, path: str) -> None:
+        try:
+            self._sftp.remove(path)
+        except (OSError, paramiko.SSHException):
+            pass
 
     def append_line(self, path: str, line: str) -> None:
         self._makedirs(str(PurePosixPath(path).parent))
@@ -233,17 +292,17 @@ class SSHTransport(Transport):
             raise self._error("append to", path, exc) from exc
 
     def create_exclusive(self, path: str, text: str) -> bool:
-        self._makedirs(str(PurePosixPath(path).parent))
+        tmp = self._write_temp(path, text)
         try:
-            with self._sftp.open(path, "wx") as handle:
-                handle.write(text.encode())
-                handle.flush()
-                self._fsync(handle)
+            # OpenSSH's hardlink@openssh.com is link(2): it fails if path exists; a reader sees no file or all of it
+            self._sftp._request(paramiko.sftp.CMD_EXTENDED, "hardlink@openssh.com", tmp, path)
             return True
-        except OSError as exc:
+        except (OSError, paramiko.SSHException) as exc:
             if self._exists(path):
                 return False
             raise self._error("create", path, exc) from exc
+        finally:
+            self._remove_quietly(tmp)
 
     def rename_if_exists(self, path: str, new_path: str) -> bool:
         try:

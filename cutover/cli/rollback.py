@@ -9,7 +9,7 @@ from rich.table import Table
 
 from cutover import rollback as rollback_lib
 from cutover.cli import common
-from cutover.errors import HostError
+from cutover.errors import AckTimeoutError, HostError
 
 
 def rollback(
@@ -32,6 +32,7 @@ def rollback(
     Direct over SSH (or local files), through Ansible if that fails; needs no local state. A host already on
     Triton is a success. Never blocked by another operator's lock (the override is journaled);
     --to previous and --uninstall respect it and need a restart to take effect (--yes or a prompt).
+    --to previous switches once: a re-run says "already on <release>" and switches nothing.
     """
     if to not in (None, "previous"):
         raise typer.BadParameter("the only supported target is `previous`", param_hint="--to")
@@ -53,9 +54,10 @@ def rollback(
             common.console.print("every host was already on triton: nothing changed (acknowledgements confirmed)")
     failed = [r for r in results if not r.ok]
     if failed:
-        raise HostError("rollback incomplete on " + ", ".join(f"{r.name} ({'; '.join(r.messages)})" for r in failed),
-                        hint="re-run `cutover rollback` (it is idempotent); "
-                        "a leased mode also expires to triton by itself")
+        error = AckTimeoutError if all(r.acknowledged is False for r in failed) else HostError
+        raise error("rollback incomplete on " + ", ".join(f"{r.name} ({'; '.join(r.messages)})" for r in failed),
+                    hint="re-run `cutover rollback` with the same options (it is idempotent: a release already "
+                    "switched back stays switched); a leased mode also expires to triton by itself")
 
 
 def register(app: typer.Typer) -> None:

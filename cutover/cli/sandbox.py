@@ -34,7 +34,7 @@ def _config(host, device: str) -> ServerConfig:
         raise typer.BadParameter("must be cpu or cuda", param_hint="--device")
     return ServerConfig(state_dir=os.path.abspath(host.paths.state_dir),
                         cutover_root=os.path.abspath(host.paths.cutover_root),
-                        port=int(host.vars["serving_port"]), ranks=host.tp_size, device=device,
+                        port=host.serving_port, ranks=host.tp_size, device=device,
                         host=host.serving_address)
 
 
@@ -50,7 +50,8 @@ def up(
     """Start the sandbox on every local sandbox host (a healthy one is left alone); returns once /health
     answers."""
     c = common.context(ctx, inventory, limit, json_out=json_out)
-    results = {h.name: daemon.up(_config(h, device), timeout) for h in _sandbox_hosts(c)}
+    configs = {h.name: _config(h, device) for h in _sandbox_hosts(c)}  # every host's config is checked first
+    results = {name: daemon.up(server, timeout) for name, server in configs.items()}
     _print(c, results)
 
 

@@ -82,6 +82,19 @@ def _ranks_table(statuses: list[dict]) -> Table:
     return table
 
 
+CLOCK_NOTE_S = 1.0  # a host clock this far from ours is worth a line under the table
+
+
+def _clock_notes(statuses: list[dict]) -> list[str]:
+    notes = []
+    for s in statuses:
+        offset = s.get("clock_offset_s") or 0.0
+        if abs(offset) >= CLOCK_NOTE_S:
+            notes.append(f"host {s['host']}: its clock is {abs(offset):.1f} s {'ahead of' if offset > 0 else 'behind'} "
+                         "this machine's; leases, locks and heartbeat ages above are on the host's clock")
+    return notes
+
+
 def status(
     ctx: typer.Context,
     inventory: common.InventoryOpt = None,
@@ -103,6 +116,8 @@ def status(
     else:
         common.console.print(_hosts_table(statuses))
         common.console.print(_ranks_table(statuses))
+        for note in _clock_notes(statuses):
+            common.console.print(note)
     unreachable = [s for s in statuses if not s["reachable"]]
     if unreachable:
         raise HostError("; ".join(s["error"].splitlines()[0] for s in unreachable))

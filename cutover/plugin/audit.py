@@ -70,7 +70,12 @@ class Audit:
         self._next_at = now + self.interval_s  # so at most one device sync (reading the flag) per interval
         if not int(sample[0]):
             return
-        if snapshot_bytes(args) > self.max_snapshot_bytes:
+        size = snapshot_bytes(args)
+        if size > self.max_snapshot_bytes:
+            if not self.skipped_too_large:
+                log.warning("cutover: rank %s: truth anchor skips calls whose inputs exceed %d MiB (layer %s: %d MiB); "
+                            "only smaller eager verify calls are checked against float64", self.rank,
+                            self.max_snapshot_bytes >> 20, layer, size >> 20)
             self.skipped_too_large += 1
             return
         capture = snapshot_call(args, kwargs, o_stock, o_custom)

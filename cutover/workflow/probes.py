@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 import requests
 
 from cutover.config import Host
-from cutover.errors import ConfigError
 
 VERIFY_STEPS = "cutover_verify_steps_total"
 ERRORS = "cutover_errors_total"
@@ -25,13 +24,7 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 def server_url(host: Host) -> str:
     """http://<serving_address or ansible_host>:<serving_port> of the host's server."""
-    port = host.vars.get("serving_port")
-    if not isinstance(port, int):
-        raise ConfigError(
-            f"{host.inventory_file}: host {host.name!r}: field 'serving_port' is missing",
-            hint="set the HTTP port of the serving process (SGLang or the sandbox)",
-        )
-    return f"http://{host.serving_address}:{port}"
+    return f"http://{host.serving_address}:{host.serving_port}"
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -3,8 +3,9 @@
 A host may be promoted only when the release staged and loaded on it passed shadow there (its phase is
 shadow_passed and that run's verdict passed for the same release); `--force` overrides and journals it.
 All hosts are checked before anything changes. Each host then runs custom under a lease while it is probed
-against the baseline its shadow run recorded; a regression rolls that host back and stops the rollout.
-After a clean window the host runs custom leaseless and its phase is promoted.
+against the baseline its shadow run recorded (what that baseline cannot support is said and journaled); a
+regression, or any failure after the flip, rolls that host back and stops the rollout. After a clean window the
+phase becomes promoted while the lease still guards the host, and only then the host runs custom leaseless.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NoReturn
 
 import requests
 
@@ -149,68 +150,98 @@ def _promote_host(
     say: Callable[[str], None],
     keep_locks: Callable[[], None],
 ) -> HostPromotion:
+    """Custom under a lease, watched; then recorded as promoted while the lease still guards the host, and
+    only then leaseless. Any failure after the first switch rolls the host back (see `_stop`)."""
     if plan.override:
         link.call(lambda st: st.journal("promote_forced", release_id=plan.release_id, overridden=plan.override))
         say(f"{link.name}: --force overrides: {plan.override}")
-    control = link.call(
-        lambda st: st.set_mode(
-            "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s
-        )
-    )
-    link.call(
-        lambda st: st.journal(
-            "promote_start",
-            release_id=plan.release_id,
-            generation=control.generation,
-            watch_s=options.watch_s,
-            shadow_run=plan.run_id,
-        )
-    )
+    unchecked = unchecked_watch_checks(plan.baseline)
+    if unchecked:
+        say(f"{link.name}: {unchecked}")
+    leased = True
     try:
+        control = link.call(
+            lambda st: st.set_mode(
+                "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s
+            )
+        )
+        link.call(
+            lambda st: st.journal(
+                "promote_start",
+                release_id=plan.release_id,
+                generation=control.generation,
+                watch_s=options.watch_s,
+                shadow_run=plan.run_id,
+                unchecked=unchecked,
+            )
+        )
         ack = link.call(lambda st: st.wait_for_ack(control.generation))
         say(
             f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
             f"{options.watch_s / 60:g} min"
         )
         _watch(link, plan, control.generation, ack, options, keep_locks)
+        forced = bool(plan.override)
+        link.call(
+            lambda st: st.set_phase(
+                "promoted",
+                release_id=plan.release_id,
+                run_id=plan.run_id,
+                force=forced,
+                reason=f"forced: {plan.override}" if forced else "watch passed",
+            )
+        )
+        leased = False
         final = link.call(
             lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id)
         )
         link.call(lambda st: st.wait_for_ack(final.generation))
-    except (_Regression, CutoverError, KeyboardInterrupt) as exc:
-        reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0]
-        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
-        outcome = (
-            "rolled back to Triton"
-            if result.ok
-            else f"rollback not confirmed ({'; '.join(result.messages)}): the lease returns it to Triton within "
-            f"{options.lease_ttl_s:.0f} s"
-        )
-        with contextlib.suppress(CutoverError):
-            link.call(
-                lambda st: st.journal(
-                    "promote_rolled_back", release_id=plan.release_id, reason=reason, confirmed=result.ok
-                )
+        link.call(
+            lambda st: st.journal(
+                "promoted", release_id=plan.release_id, generation=final.generation, forced=forced, unchecked=unchecked
             )
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise GateFailedError(
-            f"host {link.name}: {reason}; {outcome}; rollout stopped",
-            hint="read `cutover status` and the journal; shadow again before promoting",
-        ) from None
-    forced = bool(plan.override)
-    link.call(
-        lambda st: st.set_phase(
-            "promoted",
-            release_id=plan.release_id,
-            run_id=plan.run_id,
-            force=forced,
-            reason=f"forced: {plan.override}" if forced else "watch passed",
         )
-    )
-    link.call(lambda st: st.journal("promoted", release_id=plan.release_id, generation=final.generation, forced=forced))
+    except BaseException as exc:
+        _stop(inventory, link, plan, settings, options, exc, leased)
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
-    return HostPromotion(link.name, "promoted", f"release {plan.release_id}")
+    detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
+    return HostPromotion(link.name, "promoted", detail)
+
+
+def unchecked_watch_checks(base: dict) -> str:
+    """What the watch cannot compare for lack of a shadow baseline, said plainly ("" when it compares all)."""
+    missing = [label for key, label in (("verify_rate", "verify-step rate"), ("accept_length", "accept length"))
+               if not base.get(key)]
+    if not missing:
+        return ""
+    why = "the shadow baseline has no value for it" if base else "there is no shadow baseline (forced promote)"
+    return f"NOT CHECKED during the watch: {' and '.join(missing)} ({why})"
+
+
+def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: bool) -> NoReturn:
+    """Roll the host back after `exc` and journal it; raise GateFailedError for a regression or a host problem,
+    `exc` itself otherwise (Ctrl-C, an unexpected error)."""
+    reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (
+        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
+    if result.ok:
+        outcome = "rolled back to Triton"
+    elif leased:
+        outcome = (f"rollback not confirmed ({'; '.join(result.messages)}): the lease returns it to Triton within "
+                   f"{options.lease_ttl_s:.0f} s")
+    else:
+        outcome = (f"rollback not confirmed ({'; '.join(result.messages)}): it may run custom WITHOUT a lease: "
+                   f"run `cutover rollback --limit {link.name}` now")
+    with contextlib.suppress(CutoverError):
+        link.call(
+            lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason, confirmed=result.ok)
+        )
+    if not isinstance(exc, (_Regression, CutoverError)):
+        raise exc
+    raise GateFailedError(
+        f"host {link.name}: {reason}; {outcome}; rollout stopped",
+        hint="read `cutover status` and the journal; shadow again before promoting",
+    ) from None
 
 
 def _watch(link, plan, generation, ack, options, keep_locks) -> None:

@@ -170,6 +170,7 @@ class _ShadowRun:
         self.on_progress = on_progress
         self.run_id = new_run_id()
         self.store = RunStore(options.reports_dir, self.run_id)
+        self.entered: list[HostLink] = []  # phase moved to shadowing: rolled back and recorded on failure
         self.runs: list[_HostRun] = []
         self.summary = StatsSummary(
             generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
@@ -181,22 +182,8 @@ class _ShadowRun:
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def execute(self) -> ShadowOutcome:
-        for link in self.links:
-            link.call(
-                lambda st: st.set_phase(
-                    "shadowing", release_id=self.release_id, run_id=self.run_id, reason=f"shadow run {self.run_id}"
-                )
-            )
-            link.call(
-                lambda st: st.journal(
-                    "shadow_start",
-                    run_id=self.run_id,
-                    release_id=self.release_id,
-                    duration_s=self.options.duration_s,
-                    policy=self.policy.source,
-                )
-            )
         try:
+            self._start()
             self._arm()
             if self.options.load:
                 self.load = LoadDriver(self.options.load, [link.host for link in self.links]).start()
@@ -215,6 +202,26 @@ class _ShadowRun:
             raise
         with _sigint_deferred():
             return self._finish_normally()
+
+    def _start(self) -> None:
+        """Phase shadowing and journal shadow_start, host by host; a host whose phase moved has entered the run
+        (a failure on a later host rolls back and records exactly the hosts that entered)."""
+        for link in self.links:
+            link.call(
+                lambda st: st.set_phase(
+                    "shadowing", release_id=self.release_id, run_id=self.run_id, reason=f"shadow run {self.run_id}"
+                )
+            )
+            self.entered.append(link)
+            link.call(
+                lambda st: st.journal(
+                    "shadow_start",
+                    run_id=self.run_id,
+                    release_id=self.release_id,
+                    duration_s=self.options.duration_s,
+                    policy=self.policy.source,
+                )
+            )
 
     def _arm(self) -> None:
         """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
@@ -285,7 +292,7 @@ class _ShadowRun:
                 tracker.update(view)
             self._ingest(run)
         except HostError:
-            pass  # the host's ranks age on our clock; the silence gate decides
+            pass  # its ranks age on our clock (silence gate); unread stats are read later, or fail the volume gate
         if probe_due:
             run.samples.append(with_heartbeat_counters(probe(run.link.host, self.session), run.trackers))
 
@@ -335,13 +342,14 @@ class _ShadowRun:
 
     # --- ending ---------------------------------------------------------------------------------------
     def _roll_back(self, reasons: list[str], hosts: list[Host] | None = None) -> list[str]:
-        """Every target (or `hosts`) back to Triton at once; returns what could not be confirmed."""
+        """Every host that entered the run (or `hosts`) back to Triton at once; returns what could not be
+        confirmed."""
         self._stop_load()
         problems = []
         try:
             results = rollback_hosts(
                 self.inventory,
-                hosts or [link.host for link in self.links],
+                hosts or [link.host for link in self.entered],
                 self.settings,
                 reason=f"shadow run {self.run_id} failed: {reasons[0]}",
             )
@@ -376,9 +384,7 @@ class _ShadowRun:
         ranks_at_end = self._observations()  # before the flip back, while every rank should be in shadow
         elapsed = time.monotonic() - self.started_mono
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
-        for run in self.runs:
-            with contextlib.suppress(HostError):
-                self._ingest(run)  # the last drained interval
+        problems += self._ingest_last()
         verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
         reasons = verdict.reasons() + problems
         return self._conclude("passed" if verdict.passed and not problems else "failed", reasons, verdict)
@@ -386,10 +392,17 @@ class _ShadowRun:
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
         if rolled_back is None:
             rolled_back = self._return_to_triton(f"shadow run {self.run_id}: {reasons[0]}")
+        return self._conclude(outcome, reasons + rolled_back + self._ingest_last(), None)
+
+    def _ingest_last(self) -> list[str]:
+        """Read every host's last stats records (the final drain); name each host that cannot be read."""
+        problems = []
         for run in self.runs:
-            with contextlib.suppress(HostError):
+            try:
                 self._ingest(run)
-        return self._conclude(outcome, reasons + rolled_back, None)
+            except HostError as exc:
+                problems.append(f"stats: host {run.link.name}: its last records could not be read ({exc.message})")
+        return problems
 
     def _conclude(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> ShadowOutcome:
         record = self._record(outcome, reasons, verdict)
@@ -409,7 +422,7 @@ class _ShadowRun:
         return ShadowOutcome(record, report)
 
     def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
-        """Store the verdict locally and on every reachable host (file, phase, journal)."""
+        """Store the verdict locally and on every reachable host that entered the run (file, phase, journal)."""
         record = VerdictRecord(
             run_id=self.run_id,
             release_id=self.release_id,
@@ -427,7 +440,7 @@ class _ShadowRun:
         )
         self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"
-        for link in self.links:
+        for link in self.entered:
             with contextlib.suppress(CutoverError):
                 link.call(lambda st: st.transport.write_atomic(st.paths.verdict(self.run_id), record.to_json()))
                 if link.call(lambda st: st.read_phase()).phase == "shadowing":

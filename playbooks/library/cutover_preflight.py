@@ -8,12 +8,12 @@ builds its message (host, fact, expected, found) from that structured result, ne
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import shutil
 import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: cutover_preflight
@@ -24,8 +24,9 @@ options:
   min_driver: {type: str, required: true, description: "minimum NVIDIA driver version of the release"}
   serving_python: {type: path, required: true, description: "python of the serving environment"}
   serving_kind: {type: str, required: true, choices: [sglang, sandbox], description: "what serves traffic"}
-  sglang_min: {type: str, default: "0.5.11", description: "oldest supported SGLang"}
-  sglang_max: {type: str, default: "0.5.23", description: "newest supported SGLang"}
+  sglang_min: {type: str, default: "0.5.11", description: "oldest supported SGLang (PEP 440 order, included)"}
+  sglang_max: {type: str, default: "0.5.23", description: "newest supported SGLang (PEP 440 order, included);
+    pre-releases and dev builds of SGLang are refused"}
   path: {type: path, required: true, description: "cutover_root: where the release will be written"}
   min_free_mb: {type: int, default: 512, description: "free space needed on path's filesystem"}
 """
@@ -43,12 +44,55 @@ PROBE = (
 )
 
 
-def version_tuple(text):
-    parts = []
-    for piece in str(text).split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+# PEP 440 (public versions; a local label such as +cu130 is ignored, as PEP 440 does against a public bound).
+# The host's Ansible Python need not have `packaging`, so this module parses versions itself.
+VERSION = re.compile(
+    r"^v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_label>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre>\d+)?)?"
+    r"(?:-(?P<post_implicit>\d+)|[-_.]?(?P<post_label>post|rev|r)[-_.]?(?P<post>\d+)?)?"
+    r"(?:[-_.]?(?P<dev_label>dev)[-_.]?(?P<dev>\d+)?)?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
+    re.IGNORECASE,
+)
+PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+SGLANG_POLICY = ("supported: releases from the oldest to the newest in PEP 440 order, both included (0.5.11rc1 is "
+                 "below 0.5.11, 0.5.23.post1 above 0.5.23); pre-releases (a, b, rc) and .dev builds are refused")
+Version = collections.namedtuple("Version", "key prerelease")
+
+
+def parse_version(text):
+    """Version(key in PEP 440 order, whether a pre-release or dev build) of a version string; None if not one."""
+    match = VERSION.match(str(text).strip())
+    if match is None:
+        return None
+    g = match.groupdict()
+    release = [int(part) for part in g["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()  # 1.0 == 1.0.0
+    post = g["post_implicit"] or (g["post"] or "0" if g["post_label"] else None)
+    if g["pre_label"]:
+        pre = (PRE_RANK[g["pre_label"].lower()], int(g["pre"] or 0))
+    elif g["dev_label"] and post is None:
+        pre = (-1, 0)  # 1.0.dev0 sorts before 1.0a0
+    else:
+        pre = (3, 0)  # a final release sorts after its pre-releases
+    key = (int(g["epoch"] or 0), tuple(release), pre, -1 if post is None else int(post),
+           (0, int(g["dev"] or 0)) if g["dev_label"] else (1, 0))
+    return Version(key, bool(g["pre_label"] or g["dev_label"]))
+
+
+def at_least(found, minimum):
+    """found >= minimum in PEP 440 order (False when either is not a version)."""
+    found, minimum = parse_version(found), parse_version(minimum)
+    return found is not None and minimum is not None and found.key >= minimum.key
+
+
+def supported_sglang(found, oldest, newest):
+    """found is a release from `oldest` to `newest` in PEP 440 order and neither a pre-release nor a dev build."""
+    version, low, high = parse_version(found), parse_version(oldest), parse_version(newest)
+    if None in (version, low, high):
+        return False
+    return not version.prerelease and low.key <= version.key <= high.key
 
 
 def query_gpus():
@@ -110,28 +154,32 @@ def gpu_checks(params, gpus):
         check("release archs", "includes " + declared, ", ".join(params["archs"]),
               all(arch in cubins for arch in found), "rebuild with `cutover build --arch " + declared + "`"),
     ]
-    drivers = sorted({g[1] for g in gpus}, key=version_tuple)
-    results.append(check("driver version", ">= " + params["min_driver"], drivers[0],
-                         version_tuple(drivers[0]) >= version_tuple(params["min_driver"])))
+    drivers = sorted({g[1] for g in gpus})
+    results.append(check("driver version", ">= " + params["min_driver"], ", ".join(drivers),
+                         all(at_least(driver, params["min_driver"]) for driver in drivers)))
     return results
 
 
 def serving_checks(params, env):
     if env is None:
         return [check("serving python", "a working python", params["serving_python"] + " (missing or broken)", False)]
-    results = [check("serving python version", ">= 3.10", env["python"], version_tuple(env["python"]) >= (3, 10))]
+    results = [check("serving python version", ">= 3.10", env["python"], at_least(env["python"], "3.10"))]
     span = params["sglang_min"] + " .. " + params["sglang_max"]
     if params["serving_kind"] == "sglang" or env.get("sglang"):
         sglang = env.get("sglang")
-        ok = sglang is not None and version_tuple(params["sglang_min"]) <= version_tuple(sglang) <= version_tuple(
-            params["sglang_max"])
-        results.append(check("sglang version", span, sglang or "not installed", ok))
+        ok = sglang is not None and supported_sglang(sglang, params["sglang_min"], params["sglang_max"])
+        results.append(check("sglang version", span, sglang or "not installed", ok,
+                             "" if ok else SGLANG_POLICY + ": install a supported SGLang release"))
     else:
         results.append(check("sglang version", span + " (optional for the sandbox)", "not installed", True))
     return results
 
 
 def main():
+    # Imported here, not at the top: importing ansible.module_utils.basic patches sys.intern, and the unit tests
+    # import this module's version checks into a process that also runs torch.
+    from ansible.module_utils.basic import AnsibleModule
+
     module = AnsibleModule(
         argument_spec={
             "gpu_arch": {"type": "str", "required": True},

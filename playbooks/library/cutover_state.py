@@ -5,17 +5,20 @@ Uses the same code as the operator side (module_utils/cutover_hostlayout.py and 
 links to cutover/hostlayout.py and cutover/phases.py), so both sides read and write one format.
 
 actions:
-  stage        create the state dirs; control.json in mode triton (created if absent; a non-triton mode is
-               replaced by triton with generation + 1; an existing triton file is left alone); phase staged
+  stage        create the state dirs; control.json in mode triton (created if absent or corrupt; a non-triton
+               mode is replaced by triton; a triton file in force is left alone); phase staged
   verify_release  check every file of release_dir against its sha256 (fails naming each mismatch)
   wait_release wait until every rank heartbeats with release_id (after a restart)
-  rollback     control.json -> triton with generation + 1 (unless already triton), wait for every rank's
-               acknowledgement, phase rolled_back
+  rollback     control.json -> triton (unless a triton file is in force), wait until every live rank reports
+               that generation in mode triton, phase rolled_back
+
+A new control generation is hostlayout.next_generation: above the file's and above every generation a rank's
+heartbeat says it saw, so a lost or corrupt control.json never restarts at a generation the ranks ignore. For
+the same reason a triton file is in force only if no rank saw a newer generation.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -28,7 +31,10 @@ from ansible.module_utils.cutover_hostlayout import (
     atomic_write_text,
     journal_entry,
     live_heartbeats,
+    next_generation,
     read_json,
+    recorded_heartbeats,
+    sha256_file,
 )
 from ansible.module_utils.cutover_phases import phase_after_stage
 
@@ -64,11 +70,33 @@ def read_control(paths):
         return ControlRecord(mode="corrupt")
 
 
-def write_triton(paths, current, operator, reason, release_id):
-    record = ControlRecord(mode="triton", generation=(current.generation if current else 0) + 1,
+def usable(current):
+    """The control record to build on: None when the file is missing or corrupt."""
+    return current if current is not None and current.mode != "corrupt" else None
+
+
+def triton_in_force(current, beats):
+    """control.json asks for triton with a generation no rank has passed (ranks ignore older generations)."""
+    return (current is not None and current.mode == "triton"
+            and all(beat.generation_seen <= current.generation for beat in beats))
+
+
+def write_triton(paths, current, beats, operator, reason, release_id):
+    record = ControlRecord(mode="triton", generation=next_generation(usable(current), beats),
                            release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
     atomic_write_text(paths.control, record.to_json())
     return record
+
+
+def control_note(current):
+    """What stage does to control.json, in one line."""
+    if current is None:
+        return "control.json created in mode triton"
+    if current.mode == "corrupt":
+        return "control.json was corrupt: rewritten in mode triton"
+    if current.mode == "triton":
+        return "control.json generation %d is below one the ranks saw: triton rewritten above it" % current.generation
+    return "control.json mode %s replaced by triton" % current.mode
 
 
 def stage(module, paths, params):
@@ -78,15 +106,12 @@ def stage(module, paths, params):
             changed = True
             if not module.check_mode:
                 os.makedirs(directory, exist_ok=True)
-    current = read_control(paths)
-    if current is None or current.mode != "triton":
+    current, beats = read_control(paths), recorded_heartbeats(paths)
+    if not triton_in_force(current, beats):
         changed = True
-        notes.append("control.json created in mode triton" if current is None
-                     else "control.json mode %s replaced by triton" % current.mode)
+        notes.append(control_note(current))
         if not module.check_mode:
-            if current is not None and current.mode == "corrupt":
-                current = None
-            record = write_triton(paths, current, params["operator"], "stage " + params["release_id"],
+            record = write_triton(paths, current, beats, params["operator"], "stage " + params["release_id"],
                                   params["release_id"])
             append_jsonl(paths.journal, journal_entry("control_initialized", params["operator"],
                                                       generation=record.generation, mode="triton"))
@@ -103,20 +128,12 @@ def stage(module, paths, params):
     return {"changed": changed, "notes": notes, "phase": new_phase}
 
 
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def file_mismatches(release_dir, files):
     """The files of release_dir whose sha256 differs from `files` ({name: sha256})."""
     mismatches = []
     for name, expected in sorted(files.items()):
         path = os.path.join(release_dir, name)
-        found = sha256_of(path) if os.path.isfile(path) else "no file"
+        found = sha256_file(path) if os.path.isfile(path) else "no file"
         if found != expected:
             mismatches.append({"file": name, "expected": expected, "found": found})
     return mismatches
@@ -164,34 +181,40 @@ def wait_release(module, paths, params):
         time.sleep(0.25)
 
 
+def unacknowledged(beats, tp_size, generation, mode):
+    """{rank: what it reports} for every rank whose live heartbeat does not show `generation` in `mode`."""
+    return {rank: "no live heartbeat" if rank not in beats
+            else "generation %d, active %s" % (beats[rank].generation_seen, beats[rank].mode_active)
+            for rank in range(tp_size) if rank not in beats or not beats[rank].acknowledges(generation, mode)}
+
+
 def rollback(module, paths, params):
-    current = read_control(paths)
-    already = current is not None and current.mode == "triton"
+    current, beats = read_control(paths), recorded_heartbeats(paths)
+    already = triton_in_force(current, beats)
     result = {"changed": not already, "already_triton": already}
     if module.check_mode:
         return result
     if already:
         generation = current.generation
     else:
-        usable = current if current is not None and current.mode != "corrupt" else None
-        record = write_triton(paths, usable, params["operator"], params["reason"] or "rollback",
-                              usable.release_id if usable else None)
-        generation = record.generation
+        base = usable(current)
+        generation = write_triton(paths, current, beats, params["operator"], params["reason"] or "rollback",
+                                  base.release_id if base else None).generation
     result["generation"] = generation
     deadline = time.monotonic() + params["timeout_s"]
     while True:
-        beats = live_heartbeats(paths, params["tp_size"], params["stale_s"])
-        if not beats:
+        live = live_heartbeats(paths, params["tp_size"], params["stale_s"])
+        if not live:
             result["serving"] = False
             break
-        behind = sorted(r for r in range(params["tp_size"])
-                        if r not in beats or beats[r].generation_seen < generation)
+        behind = unacknowledged(live, params["tp_size"], generation, "triton")
         if not behind:
             result["serving"] = True
             break
         if time.monotonic() >= deadline:
-            module.fail_json(msg="ranks %s did not acknowledge generation %d within %.0f s"
-                                 % (behind, generation, params["timeout_s"]), **result)
+            module.fail_json(msg="ranks did not acknowledge generation %d in mode triton within %.0f s (%s)"
+                                 % (generation, params["timeout_s"],
+                                    "; ".join("rank %d: %s" % item for item in sorted(behind.items()))), **result)
         time.sleep(0.2)
     append_jsonl(paths.journal, journal_entry("rollback", params["operator"], generation=generation,
                                               already_triton=already, path="ansible", reason=params["reason"]))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from clirunner import Cli
+from releases import second_release
 from sshd import TestHost, TestHosts
 
 pytestmark = pytest.mark.integration
@@ -265,36 +266,78 @@ def test_expired_lock_is_taken_over_and_journaled(cli, ssh_hosts, inventory_file
         assert_staged(host, release)
 
 
-def test_stage_killed_half_way_leaves_hosts_safe_and_a_rerun_completes(cli, ssh_hosts, inventory_file, release,
-                                                                      tmp_path):
-    first = ssh_hosts.host("host1")
-    process = cli.start("stage", "-i", inventory_file, "--release", release, log=tmp_path / "stage.log")
-    landed = first.cutover_root / "releases" / release.name
+def test_stage_killed_while_the_canary_restarts_leaves_hosts_safe_and_a_rerun_completes(cli, ssh_hosts, release,
+                                                                                       tmp_path):
+    """The operator's machine dies while the canary waits for its serving process to come up with a new release
+    (the test hosts run none, so that wait lasts): the canary holds the new release, the old one as previous, in
+    mode triton; the other host still holds the old release, untouched; both stay locked by the operator."""
+    old, new = release, second_release(release, tmp_path)
+    canary, other = ssh_hosts.host("host1"), ssh_hosts.host("host2")
+    inventory = ssh_hosts.write_inventory(serving_start_timeout_s=60)
+    assert stage(cli, inventory, old).returncode == 0
+    before = {host.name: host.snapshot() for host in ssh_hosts.hosts}
+
+    process = cli.start("stage", "-i", inventory, "--release", new, "--yes", log=tmp_path / "stage.log")
     deadline = time.monotonic() + 120
-    while not landed.exists() and process.poll() is None and time.monotonic() < deadline:
+    while (canary.phase() or {}).get("release_id") != new.name and process.poll() is None:
+        assert time.monotonic() < deadline, "stage did not switch the canary within 120 s"
         time.sleep(0.02)
     assert process.poll() is None, f"stage ended before it could be killed:\n{(tmp_path / 'stage.log').read_text()}"
     Cli.kill_group(process)  # the operator's machine dies: CLI, ansible-playbook and ssh all at once
 
-    assert ssh_hosts.host("host2").current_release() is None, "host2 must not have been reached yet (canary first)"
+    assert (canary.current_release(), canary.previous_release()) == (new.name, old.name)
+    assert sorted(p.name for p in (canary.cutover_root / "releases").iterdir()) == sorted([old.name, new.name])
+    assert canary.control()["mode"] == "triton"
+    assert (canary.phase()["phase"], canary.phase()["release_id"]) == ("staged", new.name)
+    after = other.snapshot()
+    changed = {path for path in set(before["host2"]) | set(after) if before["host2"].get(path) != after.get(path)}
+    assert changed == {str(other.state_dir / "lock")}, "the other host must not have been reached (canary first)"
     for host in ssh_hosts.hosts:
-        assert host.current_release() in (None, release.name)
-        assert not (host.cutover_root / "current").exists() or (host.cutover_root / "current" / "manifest.json").exists()
-        assert host.control() is None or host.control()["mode"] == "triton"
-        if host.lock() is not None:
-            assert host.lock()["owner"] == "alice@test"
+        assert (host.lock()["owner"], host.lock()["action"]) == ("alice@test", "stage")
 
-    status = cli("--json", "status", "-i", inventory_file)
-    assert status.returncode in (0, EXIT_HOST), status.stderr
-    assert "alice@test" in status.stdout, "status must explain who holds the lock left by the killed stage"
+    status = cli("--json", "status", "-i", inventory)
+    assert status.returncode == 0, status.stderr
+    locks = {line["host"]: line["lock"]["owner"] for line in json.loads(status.stdout)["hosts"]}
+    assert locks == {"host1": "alice@test", "host2": "alice@test"}, "status must name who holds the left locks"
 
-    other_operator = stage(cli, inventory_file, release, operator="bob@elsewhere")
+    other_operator = stage(cli, inventory, new, operator="bob@elsewhere")
     assert other_operator.returncode == EXIT_LOCK and "alice@test" in other_operator.stderr
 
-    rerun = stage(cli, inventory_file, release)
+    rerun = stage(cli, inventory, new)
     assert rerun.returncode == 0, rerun.stderr
     for host in ssh_hosts.hosts:
-        assert_staged(host, release)
+        assert_staged(host, new)
+        assert host.previous_release() == old.name
+
+
+def batches(hosts: TestHosts) -> list[list[str]]:
+    """The rollout batches stage ran (host names sorted in each), from the hosts' own files: a batch switches
+    `current` on all its hosts before any of them writes control.json; the next starts after the last one did."""
+    spans = sorted(((h.cutover_root / "current").lstat().st_mtime, h.control()["set_at"], h.name)
+                   for h in hosts.hosts)
+    found: list[list[str]] = []
+    batch_end = float("-inf")
+    for switched, initialised, name in spans:
+        if switched > batch_end:
+            found.append([])
+        found[-1].append(name)
+        batch_end = max(batch_end, initialised)
+    return [sorted(batch) for batch in found]
+
+
+@pytest.mark.parametrize("serial,expected", [
+    (None, [["host1"], ["host2", "host3"]]),  # the default: the canary, then the rest
+    (3, [["host1", "host2", "host3"]]),
+    (1, [["host1"], ["host2"], ["host3"]]),
+])
+def test_rollout_batches_follow_the_inventory_serial(cli, ssh_hosts_factory, release, serial, expected):
+    hosts = ssh_hosts_factory(3)
+    inventory = hosts.write_inventory(**({} if serial is None else {"cutover_serial": serial}))
+
+    result = stage(cli, inventory, release)
+
+    assert result.returncode == 0, result.stderr
+    assert batches(hosts) == expected
 
 
 # -- bad input ---------------------------------------------------------------------------------------------

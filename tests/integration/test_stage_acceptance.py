@@ -8,7 +8,9 @@ which is what a GPU that cannot run the kernel looks like to stage.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -49,6 +51,32 @@ def gpu_checks(host: TestHost) -> list[dict]:
     return [e for e in host.journal() if e["action"] == "gpu_check"]
 
 
+def library_sha256(release: Path) -> str:
+    manifest = json.loads((release / "manifest.json").read_text())
+    return hashlib.sha256((release / manifest["library"]).read_bytes()).hexdigest()
+
+
+def record_pass(host: TestHost, release: Path) -> None:
+    """A passed acceptance of `release`'s library on the host, as an earlier stage recorded it."""
+    record = host.state_dir / "acceptance" / f"{release.name}.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"release_id": release.name, "library_sha256": library_sha256(release),
+                                  "passed": True, "at": time.time(),
+                                  "summary": "7/7 parity cases and 10/10 live-switch checks on NVIDIA RTX PRO 6000"}))
+
+
+def another_build(release: Path, directory: Path) -> Path:
+    """The same sources built elsewhere: the same release id, another library (nvcc output differs by build dir)."""
+    other = directory / release.name
+    shutil.copytree(release, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    library = other / manifest["library"]
+    library.write_bytes(library.read_bytes() + b"\0")
+    manifest["files"][manifest["library"]] = library_sha256(other)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    return other
+
+
 def test_a_host_whose_gpu_cannot_run_the_kernel_refuses_it_and_switches_nothing(gpu_host, release):
     host, inventory = gpu_host
     outcome = run_stage_playbook(inventory(), release)
@@ -67,16 +95,32 @@ def test_a_host_whose_gpu_cannot_run_the_kernel_refuses_it_and_switches_nothing(
 
 def test_a_release_accepted_before_is_not_run_again(gpu_host, release):
     host, inventory = gpu_host
-    record = host.state_dir / "acceptance" / f"{release.name}.json"
-    record.parent.mkdir(parents=True)
-    record.write_text(json.dumps({"release_id": release.name, "passed": True, "at": time.time(),
-                                  "summary": "7/7 parity cases and 10/10 live-switch checks on NVIDIA RTX PRO 6000"}))
+    record_pass(host, release)
     outcome = run_stage_playbook(inventory(), release)
 
     assert outcome.ok, outcome.message
     assert outcome.facts["cutover_acceptance"]["note"] == ("kernel already accepted on this host: 7/7 parity cases "
                                                            "and 10/10 live-switch checks on NVIDIA RTX PRO 6000")
     assert host.current_release() == release.name and gpu_checks(host) == []
+
+
+def test_another_build_under_an_accepted_release_id_is_checked_again(gpu_host, release, tmp_path):
+    # the runbook's recovery from "intact, different build of this release id": the host's copy was removed and
+    # the other build is staged; the pass recorded for the removed build does not cover this one's library
+    host, inventory = gpu_host
+    record_pass(host, release)
+    other = another_build(release, tmp_path)
+    outcome = run_stage_playbook(inventory(), other)
+
+    assert not outcome.ok and outcome.failed_task == ACCEPT_TASK
+    why = (f"the acceptance recorded for release {release.name} ran library sha256 {library_sha256(release)}, this "
+           f"build's library is {library_sha256(other)}: another build, so it runs again")
+    assert outcome.message.startswith("kernel acceptance on GPU 0 failed: the parity run exited with status 1 "
+                                      f"before writing its report ({why}); nothing was switched")
+    assert host.current_release() is None and host.control() is None
+    [entry] = gpu_checks(host)
+    assert entry["outcome"] == "failed" and entry["rerun"] == why
+    assert entry["library_sha256"] == library_sha256(other)
 
 
 def test_gpu_check_false_stages_without_running_the_kernel_and_journals_it(gpu_host, release):

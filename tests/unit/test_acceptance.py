@@ -9,13 +9,11 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cutover import acceptance
-from cutover.hostlayout import Heartbeat, HostPaths, live_heartbeats
 
 
 def parity_report(**changes) -> dict:
@@ -62,6 +60,26 @@ def test_an_empty_report_is_no_acceptance():
     passed, summary = acceptance.judge(parity_report(cases=[], checks=[], passed=0, total=0, checks_passed=0,
                                                      checks_total=0))
     assert not passed and "no parity case ran" in summary and "no live-switch check ran" in summary
+
+
+def test_a_stored_pass_counts_only_for_the_library_it_ran():
+    record = {"release_id": "r1", "passed": True, "library_sha256": "a" * 64, "summary": "7/7"}
+    assert acceptance.recorded_pass(record, "r1", "a" * 64) == (True, "")
+    covered, why = acceptance.recorded_pass(record, "r1", "b" * 64)
+    assert not covered
+    assert why == (f"the acceptance recorded for release r1 ran library sha256 {'a' * 64}, this build's library is "
+                   f"{'b' * 64}: another build, so it runs again")
+
+
+def test_a_pass_stored_without_its_library_hash_is_run_again():
+    covered, why = acceptance.recorded_pass({"release_id": "r1", "passed": True}, "r1", "b" * 64)
+    assert not covered and "ran library sha256 (not recorded)" in why
+
+
+def test_no_stored_pass_is_nothing_to_explain():
+    for record in (None, {}, [1], {"release_id": "r1", "passed": False, "library_sha256": "a" * 64},
+                   {"release_id": "r0", "passed": True, "library_sha256": "a" * 64}):
+        assert acceptance.recorded_pass(record, "r1", "a" * 64) == (False, ""), record
 
 
 def test_the_run_uses_the_releases_code_and_library_on_one_gpu():
@@ -113,19 +131,3 @@ def test_an_mps_daemon_is_found_by_its_control_pipe(tmp_path: Path):
     assert acceptance.mps_control_pipe({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) is None
     (tmp_path / "control").touch()
     assert acceptance.mps_control_pipe({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == str(tmp_path / "control")
-
-
-def test_serving_is_live_while_a_rank_heartbeat_is_fresh(tmp_path: Path):
-    # the MPS guard's "serving is live": hostlayout.live_heartbeats, as stage's wait and rollback read it
-    paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
-    assert live_heartbeats(paths, 2, 10) == {}
-    beat = Heartbeat(rank=1, pid=42, host="h", mode_active="triton", generation_seen=0, release_id="r", kernel="cuda",
-                     written_at=time.time())
-    os.makedirs(paths.runtime)
-    Path(paths.heartbeat(1)).write_text(beat.to_json())
-    assert set(live_heartbeats(paths, 2, 10)) == {1}
-    beat.written_at -= 11
-    Path(paths.heartbeat(1)).write_text(beat.to_json())
-    assert live_heartbeats(paths, 2, 10) == {}
-    Path(paths.armed_marker(1)).write_text("{}")  # a crash marker is no heartbeat
-    assert live_heartbeats(paths, 2, 10) == {}

@@ -7,8 +7,17 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import click
+import pytest
+import typer
+
+from cutover.cli.main import app
+from releases import second_release
 
 from .conftest import read_journal, write_inventory
+from .test_config import without
 
 
 def test_help_lists_the_control_verbs(invoke):
@@ -205,16 +214,6 @@ def test_stage_installs_the_plugin_wheel_and_rollback_uninstalls_it(invoke, tmp_
     assert out.strip() == "[] True"
 
 
-def second_release(release, tmp_path):
-    """The same built files under another release id (as a rebuild with other sources would give)."""
-    other = tmp_path / "releases" / f"{release.name}-b"
-    shutil.copytree(release, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["release_id"] = other.name
-    (other / "manifest.json").write_text(json.dumps(manifest))
-    return other
-
-
 def test_rollback_to_previous_switches_the_release_back(invoke, local_inventory, release, tmp_path, state_dir):
     newer = second_release(release, tmp_path)
     assert invoke("stage", "-i", local_inventory, "--release", release).exit_code == 0
@@ -288,3 +287,67 @@ def test_no_restart_when_every_rank_already_runs_the_release(invoke, local_inven
     assert result.exit_code == 0, result.stderr
     (line,) = json.loads(result.stdout)["hosts"]
     assert line["outcome"] == "staged" and line["restarted"] is False
+
+
+def test_sandbox_up_without_serving_port_names_the_field_and_starts_nothing(invoke, tmp_path, state_dir):
+    inventory = without(write_inventory(tmp_path / "inv.yml", tmp_path), "serving_port")
+    result = invoke("sandbox", "up", "-i", inventory)
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {inventory}: host 'local': field 'serving_port' is missing\n"
+                             "  fix: set the HTTP port of the serving process (SGLang or the sandbox) in the host's "
+                             "or a group's vars, e.g. serving_port: 30001\n")
+    assert not state_dir.exists()
+
+
+def hand_made_release(tmp_path, **manifest) -> Path:
+    """A release directory whose manifest.json holds exactly `manifest`."""
+    release = tmp_path / "hand-made"
+    release.mkdir()
+    (release / "lib.so").write_bytes(b"\x7fELF")
+    (release / "manifest.json").write_text(json.dumps(manifest))
+    return release
+
+
+GOOD_MANIFEST = {"release_id": "r1", "archs": ["sm_120"], "min_driver": "580.65.06",
+                 "files": {"lib.so": "0" * 64}}
+
+
+@pytest.mark.parametrize("field,problem,wanted", [
+    ("release_id", "is missing", "a non-empty string"),
+    ("files", "is missing",
+     "a non-empty mapping of file name to sha256, which every host verifies the release against"),
+    ("archs", "is missing", "a non-empty list of archs such as sm_120"),
+])
+def test_stage_of_a_manifest_without_a_field_names_it_and_touches_nothing(invoke, local_inventory, tmp_path,
+                                                                          field, problem, wanted):
+    release = hand_made_release(tmp_path, **{k: v for k, v in GOOD_MANIFEST.items() if k != field})
+    result = invoke("stage", "-i", local_inventory, "--release", release)
+    assert result.exit_code == 3
+    assert result.stderr == (f"error: {release / 'manifest.json'}: field '{field}' {problem}\n"
+                             f"  fix: rebuild the release with `cutover build`; {field} must be {wanted}\n")
+    assert not (tmp_path / "root").exists() and not (tmp_path / "state").exists()
+
+
+def test_stage_of_a_manifest_with_no_files_is_refused(invoke, local_inventory, tmp_path):
+    release = hand_made_release(tmp_path, **{**GOOD_MANIFEST, "files": {}})
+    result = invoke("stage", "-i", local_inventory, "--release", release)
+    assert result.exit_code == 3
+    assert result.stderr.startswith(f"error: {release / 'manifest.json'}: field 'files' must be a non-empty mapping "
+                                    "of file name to sha256, which every host verifies the release against, found {}")
+    assert not (tmp_path / "root").exists()
+
+
+def test_only_the_verbs_that_may_restart_serving_take_yes_after_the_verb(invoke):
+    """docs/runbook.md's opening names these two; every other verb refuses --yes after it."""
+    def commands(group, prefix=""):
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                yield from commands(command, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", command
+
+    taking_yes = {name for name, command in commands(typer.main.get_command(app))
+                  if any("--yes" in param.opts for param in command.params)}
+    assert taking_yes == {"stage", "rollback"}
+    refused = invoke("shadow", "--yes")
+    assert refused.exit_code == 2 and "No such option: --yes" in refused.stderr

@@ -39,6 +39,16 @@ def test_ct200_inventory_describes_the_production_target():
     ({"gpu_check": "yes"}, "gpu_check", "must be true or false, found 'yes'"),
     ({"gpu_check_device": -1}, "gpu_check_device", "must be a GPU index (0, 1, ...), found -1"),
     ({"gpu_check_timeout_s": 0}, "gpu_check_timeout_s", "must be a positive number of seconds, found 0"),
+    ({"serving_start_timeout_s": "10m"}, "serving_start_timeout_s",
+     "must be a positive number of seconds, found '10m'"),
+    ({"cutover_serial": 0}, "cutover_serial",
+     "must be a batch size, a percentage or a list of them (Ansible serial), found 0"),
+    ({"cutover_serial": "150%"}, "cutover_serial",
+     "must be a batch size, a percentage or a list of them (Ansible serial), found '150%'"),
+    ({"cutover_serial": []}, "cutover_serial",
+     "must be a batch size, a percentage or a list of them (Ansible serial), found []"),
+    ({"cutover_serial": [1, "all"]}, "cutover_serial",
+     "must be a batch size, a percentage or a list of them (Ansible serial), found [1, 'all']"),
 ])
 def test_bad_host_fields_name_file_host_and_field(tmp_path, override, field, problem):
     inventory = write_inventory(tmp_path / "inv.yml", tmp_path, **override)
@@ -92,3 +102,63 @@ def test_settings_file_errors_name_the_field(tmp_path):
     assert config.load_settings(str(path)).operator == "carol@ops"
     with pytest.raises(ConfigError, match="does not exist"):
         config.load_settings(str(tmp_path / "missing.yml"))
+
+
+def without(inventory: Path, field: str) -> Path:
+    """The one-host inventory of write_inventory with `field` removed from the host's variables."""
+    data = yaml.safe_load(inventory.read_text())
+    del data["all"]["hosts"]["local"][field]
+    inventory.write_text(yaml.safe_dump(data))
+    return inventory
+
+
+def three_hosts(path, **per_host) -> Path:
+    """A three-host local inventory (a, b, c); per_host maps a host name to its own variables."""
+    base = {"ansible_connection": "local", "cutover_root": "/r", "cutover_state_dir": "/s",
+            "serving_kind": "sandbox", "tp_size": 1, "gpu_arch": "none", "serving_restart_command": "true"}
+    path.write_text(yaml.safe_dump({"all": {"vars": base, "hosts": {name: per_host.get(name) for name in "abc"}}}))
+    return path
+
+
+@pytest.mark.parametrize("serial", [3, "50%", [1, 2], [1, "100%"]])
+def test_rollout_serial_is_the_inventory_value(tmp_path, serial):
+    inventory = config.load_inventory(str(three_hosts(tmp_path / "inv.yml", **{n: {"cutover_serial": serial}
+                                                                              for n in "abc"})))
+    assert inventory.serial == serial
+
+
+def test_rollout_serial_defaults_to_canary_then_the_rest(tmp_path):
+    assert config.load_inventory(str(three_hosts(tmp_path / "inv.yml"))).serial == [1, "100%"]
+
+
+def test_hosts_that_disagree_on_the_rollout_serial_are_refused(tmp_path):
+    path = three_hosts(tmp_path / "inv.yml", b={"cutover_serial": 2})
+    with pytest.raises(ConfigError) as caught:
+        config.load_inventory(str(path))
+    assert caught.value.message == f"{path}: field 'cutover_serial' differs between hosts (a: [1, '100%'], b: 2)"
+    assert caught.value.hint == ("set it once for every host, in the vars of the `all` group (a rollout runs in one "
+                                 "play)")
+
+
+@pytest.mark.parametrize("kind,extra,expected", [
+    ("sglang", {"serving_service": "sglang", "gpu_arch": "sm_120"}, 900),
+    ("sandbox", {}, 120),
+    ("sglang", {"serving_service": "sglang", "gpu_arch": "sm_120", "serving_start_timeout_s": 1800}, 1800),
+])
+def test_serving_start_timeout_is_resolved_once_for_cli_and_playbooks(tmp_path, kind, extra, expected):
+    path = write_inventory(tmp_path / "inv.yml", tmp_path, serving_kind=kind, **extra)
+    inventory = config.load_inventory(str(path if "serving_start_timeout_s" in extra
+                                          else without(path, "serving_start_timeout_s")))
+    (host,) = inventory.hosts
+    assert host.start_timeout_s == expected
+    assert inventory.ansible_inventory([host])["all"]["hosts"]["local"]["serving_start_timeout_s"] == expected
+
+
+def test_missing_serving_port_is_named_when_it_is_needed(tmp_path):
+    inventory = without(write_inventory(tmp_path / "inv.yml", tmp_path), "serving_port")
+    (host,) = config.load_inventory(str(inventory)).hosts
+    with pytest.raises(ConfigError) as caught:
+        host.serving_port
+    assert str(caught.value) == (f"{inventory}: host 'local': field 'serving_port' is missing\n"
+                                 "  fix: set the HTTP port of the serving process (SGLang or the sandbox) in the "
+                                 "host's or a group's vars, e.g. serving_port: 30001")

@@ -109,10 +109,15 @@ def test_wait_for_ack_without_a_serving_process_returns_at_once(local_inventory)
     assert not result.serving and "no serving process" in result.summary()
 
 
+def write_control(state: HostState, generation: int, mode="triton"):
+    state.transport.write_atomic(state.paths.control, ControlRecord(mode=mode, generation=generation).to_json())
+
+
 def test_wait_for_ack_waits_for_every_rank(local_inventory):
     state = make_state(local_inventory)
     write_heartbeat(state, 0, 1)
     write_heartbeat(state, 1, 1)
+    write_control(state, 2)
     writer = threading.Timer(0.5, lambda: [write_heartbeat(state, r, 2) for r in (0, 1)])
     writer.start()
     started = time.monotonic()
@@ -125,9 +130,22 @@ def test_ack_timeout_names_the_lagging_ranks(local_inventory):
     state = make_state(local_inventory)
     write_heartbeat(state, 0, 5)
     write_heartbeat(state, 1, 4)
+    write_control(state, 5)
     with pytest.raises(AckTimeoutError) as caught:
         state.wait_for_ack(5, timeout_s=0.3)
     assert "rank 1: at generation 4" in caught.value.message and "rank 0" not in caught.value.message
+
+
+def test_a_control_file_replaced_while_waiting_is_named(local_inventory):
+    """A lease renewal that read control.json just before a rollback wrote it puts the old generation back:
+    the ranks that had not read the rollback never will, so the wait stops and says so."""
+    state = make_state(local_inventory)
+    write_heartbeat(state, 0, 5)
+    write_heartbeat(state, 1, 4)
+    write_control(state, 4, mode="shadow")
+    with pytest.raises(HostError, match="control.json was replaced while waiting for generation 5: it now holds "
+                                        "generation 4 \\(shadow\\)"):
+        state.wait_for_ack(5, timeout_s=5)
 
 
 def test_stale_heartbeats_mean_no_serving_process(local_inventory):
@@ -170,3 +188,13 @@ def test_read_from_returns_whole_lines_and_the_next_offset(tmp_path):
         handle.write(': 3}\n')
     assert transport.read_from(path, offset) == ('{"c": 3}\n', offset + 9)
     assert (transport.size(path), transport.size(str(tmp_path / "missing"))) == (offset + 9, None)
+
+
+def test_a_failed_local_file_operation_names_the_host_and_path(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    transport = LocalTransport("h1")
+    with pytest.raises(HostError, match=f"host h1: cannot write {blocker}/control.json: "):
+        transport.write_atomic(f"{blocker}/control.json", "{}")
+    with pytest.raises(HostError, match=f"host h1: cannot append to {blocker}/journal.jsonl: "):
+        transport.append_line(f"{blocker}/journal.jsonl", "{}")

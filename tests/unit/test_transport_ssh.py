@@ -41,6 +41,15 @@ def test_file_operations_over_sftp(ssh_hosts, home):
         assert transport.rename_if_exists(f"{state}/lock", f"{state}/lock.stale2") is False
         assert transport.readlink(f"{state}/journal.jsonl") is None
         assert (transport.size(f"{state}/journal.jsonl"), transport.size(f"{state}/missing")) == (18, None)
+        assert not [n for n in transport.listdir(str(state)) if n.startswith(".tmp-")]  # create_exclusive's temp file
+
+
+def test_host_clock_is_read_over_ssh(ssh_hosts, home):
+    """The test host is this machine: the measured offset is its true offset, 0, to within the round trip."""
+    with SSHTransport(host_of(ssh_hosts)) as transport:
+        first = transport.clock_offset()
+        assert abs(first) < 0.5
+        assert transport.clock_offset() == first  # measured once per session
 
 
 def test_unknown_host_key_is_refused_with_the_fix(ssh_hosts, home):

@@ -1,5 +1,6 @@
 """Gate evaluation over constructed stats records and rank observations."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,24 +12,33 @@ from .stats_records import layer, record
 POLICY = load_policy().shadow
 
 
-def summary_of(*records, host="h1"):
-    summary = StatsSummary(generations={host: 3}, truth_k=POLICY.truth_anchor_k, truth_floor=POLICY.truth_anchor_floor)
+TRUTH = {"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}
+
+
+def summary_of(*records, host="h1", hosts=("h1",)):
+    summary = StatsSummary(
+        generations={name: 3 for name in hosts}, truth_k=POLICY.truth_anchor_k, truth_floor=POLICY.truth_anchor_floor
+    )
     for item in records:
         summary.add(host, item)
     return summary
 
 
-def healthy_ranks(count=2):
-    return [RankObservation(host="h1", rank=r, heartbeat_age_s=0.5, mode_active="shadow") for r in range(count)]
+def healthy_ranks(count=2, host="h1"):
+    return [RankObservation(host=host, rank=r, heartbeat_age_s=0.5, mode_active="shadow") for r in range(count)]
+
+
+def rank_records(compared=POLICY.min_compared_calls, layers=("0", "1"), ranks=2, truth=(TRUTH,)):
+    """One record per rank, each carrying its share of `compared` calls per layer (truth samples on rank 0)."""
+    values = [2e-3] * math.ceil(compared / ranks)
+    return [
+        record({name: layer(values) for name in layers}, rank=rank, truth=truth if rank == 0 else ())
+        for rank in range(ranks)
+    ]
 
 
 def clean_run(compared=POLICY.min_compared_calls, layers=("0", "1")):
-    values = [2e-3] * compared
-    return summary_of(
-        record(
-            {name: layer(values) for name in layers}, truth=[{"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}]
-        )
-    )
+    return summary_of(*rank_records(compared, layers))
 
 
 def failed_gates(verdict):
@@ -48,11 +58,49 @@ def test_short_run_fails_duration_only_at_the_end():
     assert failed_gates(verdict) == {"duration"}
 
 
-def test_too_few_compared_calls_names_the_thinnest_layer():
-    summary = summary_of(record({"0": layer([1e-3] * POLICY.min_compared_calls), "7": layer([1e-3] * 5)}))
+def test_too_few_compared_calls_names_the_rank_and_its_thinnest_layer():
+    share = [1e-3] * (POLICY.min_compared_calls // 2)
+    summary = summary_of(
+        record({"0": layer(share), "7": layer(share)}, rank=0),
+        record({"0": layer(share), "7": layer([1e-3] * 5)}, rank=1),
+    )
     verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), POLICY.min_duration_s, final=True)
     assert failed_gates(verdict) == {"compared_calls"}
-    assert verdict.failures[0].layer == "7"
+    [failure] = verdict.failures
+    assert (failure.host, failure.rank, failure.layer) == ("h1", 1, "7")
+    assert f"5 compared calls, policy needs at least {len(share)} per rank" in failure.detail
+
+
+def test_a_host_whose_stats_were_never_read_fails_by_name():
+    """h1 alone has the whole volume of every layer: summed over hosts it would pass; h2 showed nothing."""
+    summary = summary_of(*rank_records(compared=2 * POLICY.min_compared_calls), hosts=("h1", "h2"))
+    ranks = healthy_ranks(host="h1") + healthy_ranks(host="h2")
+    verdict = evaluate_shadow(POLICY, summary, ranks, POLICY.min_duration_s, final=True)
+    assert failed_gates(verdict) == {"compared_calls"}
+    [failure] = verdict.failures
+    assert failure.host == "h2" and failure.detail.startswith("host h2: no stats record of this run was read")
+
+
+def test_a_run_without_truth_samples_passes_with_the_anchor_labelled_not_checked():
+    summary = summary_of(*rank_records(truth=()))
+    verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), POLICY.min_duration_s, final=True)
+    assert verdict.passed, verdict.reasons()
+    [anchor] = [r for r in verdict.results if r.gate == "truth_anchor"]
+    assert anchor.detail.startswith("NOT CHECKED (not gating): no float64-anchored sample")
+    assert "--cuda-graph-max-bs" in anchor.detail and "truth_anchor_min_samples" in anchor.detail
+
+
+def test_required_truth_samples_fail_a_run_without_enough_and_pass_one_with_them():
+    policy = dataclasses.replace(POLICY, truth_anchor_min_samples=3)
+    short = evaluate_shadow(policy, clean_run(), healthy_ranks(), policy.min_duration_s, final=True)
+    assert failed_gates(short) == {"truth_anchor"}
+    assert short.failures[0].detail.startswith("1 float64-anchored samples, policy needs at least 3")
+    assert evaluate_shadow(policy, clean_run(), healthy_ranks(), policy.min_duration_s, final=False).passed
+    enough = evaluate_shadow(
+        policy, summary_of(*rank_records(truth=[TRUTH] * 3)), healthy_ranks(), policy.min_duration_s, final=True
+    )
+    assert enough.passed, enough.reasons()
+    assert "on all 3 samples" in next(r.detail for r in enough.results if r.gate == "truth_anchor")
 
 
 def test_no_stats_at_all_cannot_pass():
