@@ -201,30 +201,36 @@ def rollback(module, paths, params):
         generation = write_triton(paths, current, beats, params["operator"], params["reason"] or "rollback",
                                   base.release_id if base else None).generation
     result["generation"] = generation
-    deadline = time.monotonic() + params["timeout_s"]
-    while True:
-        live = live_heartbeats(paths, params["tp_size"], params["stale_s"])
-        if not live:
-            result["serving"] = False
-            break
-        behind = unacknowledged(live, params["tp_size"], generation, "triton")
-        if not behind:
-            result["serving"] = True
-            break
-        if time.monotonic() >= deadline:
-            module.fail_json(msg="ranks did not acknowledge generation %d in mode triton within %.0f s (%s)"
-                                 % (generation, params["timeout_s"],
-                                    "; ".join("rank %d: %s" % item for item in sorted(behind.items()))), **result)
-        time.sleep(0.2)
+    behind = wait_for_triton(paths, params, generation, result)
+    result["acknowledged"] = not behind
+    # recorded before any failure: control.json asks for triton either way, and the phase must say so
     append_jsonl(paths.journal, journal_entry("rollback", params["operator"], generation=generation,
-                                              already_triton=already, path="ansible", reason=params["reason"]))
+                                              already_triton=already, path="ansible", reason=params["reason"],
+                                              acknowledged=not behind))
     phase = read_json(paths.phase) or {}
     if phase.get("phase", "idle") not in ("idle", "rolled_back"):
         phase.update({"phase": "rolled_back", "updated_at": time.time(), "set_by": params["operator"],
                       "reason": params["reason"] or "rollback"})
         atomic_write_text(paths.phase, json.dumps(phase, sort_keys=True))
         result["changed"] = True
+    if behind:
+        module.fail_json(msg="ranks did not acknowledge generation %d in mode triton within %.0f s (%s)"
+                             % (generation, params["timeout_s"],
+                                "; ".join("rank %d: %s" % item for item in sorted(behind.items()))), **result)
     return result
+
+
+def wait_for_triton(paths, params, generation, result):
+    """Wait until every live rank reports `generation` in mode triton; {rank: what it reports} of those that did
+    not within timeout_s ({} when all did, or when no rank is live: nothing serves). Sets result["serving"]."""
+    deadline = time.monotonic() + params["timeout_s"]
+    while True:
+        live = live_heartbeats(paths, params["tp_size"], params["stale_s"])
+        result["serving"] = bool(live)
+        behind = unacknowledged(live, params["tp_size"], generation, "triton") if live else {}
+        if not behind or time.monotonic() >= deadline:
+            return behind
+        time.sleep(0.2)
 
 
 def main():

@@ -139,12 +139,17 @@ def test_rollback_waits_for_the_requested_mode_not_only_the_generation(one_host)
     beat = Heartbeat(rank=0, pid=4242, host="h", mode_active="custom", generation_seen=5, release_id="r",
                      kernel="cuda", written_at=time.time() + 60)  # stays fresh through the wait
     atomic_write_text(host_paths(host).heartbeat(0), beat.to_json())
+    atomic_write_text(host_paths(host).phase, json.dumps({"phase": "shadowing", "release_id": "r"}))
 
     outcome = rollback(inventory)
 
     assert not outcome.ok
     assert outcome.message == (f"ranks did not acknowledge generation 5 in mode triton within {ACK_TIMEOUT_S} s "
                                "(rank 0: generation 5, active custom)")
+    # control.json asks for triton either way: the failure is journaled and the phase says rolled_back
+    [entry] = [e for e in host.journal() if e["action"] == "rollback"]
+    assert (entry["generation"], entry["acknowledged"]) == (5, False)
+    assert json.loads(Path(host_paths(host).phase).read_text())["phase"] == "rolled_back"
 
 
 def test_stage_after_control_json_was_lost_writes_above_the_generation_a_dead_rank_saw(one_host, release):
