@@ -25,6 +25,7 @@ from pathlib import Path
 
 from cutover.acceptance import PYTHON_DIR
 from cutover.errors import BuildError, ConfigError
+from cutover.hostlayout import sha256_file
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -52,14 +53,6 @@ class Release:
 class BuildResult:
     release: Release
     built: bool  # False: an identical release was already there
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def source_tree_hash(files: list[Path], root: Path) -> str:

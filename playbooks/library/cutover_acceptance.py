@@ -4,8 +4,9 @@
 Runs cutover/acceptance.py (module_utils link): the release's GPU parity subset in the serving Python, on GPU
 `device`. A pass is recorded in <state_dir>/acceptance/<release_id>.json with the sha256 of the library it ran,
 so a re-run of the same stage skips it, while another build under the same id (other library bytes) runs it
-again and says why; the run's output stays in <release_id>.log. Every outcome is journaled (action gpu_check). A host without a
-GPU (sandbox) has nothing to run; `enabled: false` (the inventory's gpu_check) skips the run, journaled. Under
+again and says why; the run's output stays in <release_id>.log. Every outcome is journaled (action gpu_check).
+A host without a GPU (sandbox) has nothing to run; `enabled: false` (the inventory's gpu_check) skips the run,
+journaled. Under
 CUDA MPS with serving live the run is refused: a fault in it would reach the serving ranks on its GPU.
 """
 
