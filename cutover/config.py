@@ -38,6 +38,7 @@ DEFAULT_SERIAL = [1, "100%"]  # Ansible `serial` of a rollout: the canary alone,
 SERIAL_PERCENT = re.compile(r"^([1-9]\d?|100)%$")
 # How long a (re)started serving process may take to heartbeat with the new release, by serving_kind.
 DEFAULT_START_TIMEOUT_S = {"sglang": 900, "sandbox": 120}
+DEFAULT_GPU_CHECK_TIMEOUT_S = 900  # the kernel acceptance at stage is killed and refused after this long
 
 
 @dataclass(frozen=True)
@@ -341,14 +342,18 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     if arch == NO_GPU and values["serving_kind"] != "sandbox":
         raise bad("gpu_arch", "is 'none', which only a sandbox host may declare",
                   "set the host's real arch (e.g. sm_120)")
-    if not isinstance(values.get("gpu_check", True), bool):
+    # Resolved here, once: the playbooks read these values as cutover hands them over, without defaults.
+    values.setdefault("gpu_check", True)
+    values.setdefault("gpu_check_device", 0)
+    values.setdefault("gpu_check_timeout_s", DEFAULT_GPU_CHECK_TIMEOUT_S)
+    values.setdefault("serving_start_timeout_s", DEFAULT_START_TIMEOUT_S[values["serving_kind"]])
+    if not isinstance(values["gpu_check"], bool):
         raise bad("gpu_check", f"must be true or false, found {values['gpu_check']!r}")
-    device = values.get("gpu_check_device", 0)
+    device = values["gpu_check_device"]
     if not isinstance(device, int) or isinstance(device, bool) or device < 0:
         raise bad("gpu_check_device", f"must be a GPU index (0, 1, ...), found {device!r}")
-    values.setdefault("serving_start_timeout_s", DEFAULT_START_TIMEOUT_S[values["serving_kind"]])
     for key in ("gpu_check_timeout_s", "serving_start_timeout_s"):
-        if key in values and not _seconds_ok(values[key]):
+        if not _seconds_ok(values[key]):
             raise bad(key, f"must be a positive number of seconds, found {values[key]!r}")
     if "cutover_serial" in values and not _serial_ok(values["cutover_serial"]):
         raise bad("cutover_serial", "must be a batch size, a percentage or a list of them (Ansible serial), "

@@ -13,6 +13,7 @@ are absent. Everything that names a path or a field of a host-side file lives he
     <state_dir>/captures/                    bounded captures of the worst divergent inputs
     <state_dir>/verdicts/<run_id>.json       shadow verdicts
     <state_dir>/acceptance/<release_id>.*    the release's kernel acceptance on this host's GPU (record, log)
+    <state_dir>/rollback-release.json        the last `rollback --to previous` switch, so a re-run never undoes it
     <state_dir>/journal.jsonl                append-only audit log
     <state_dir>/lock                         one operator at a time, with owner and expiry
 """
@@ -63,6 +64,11 @@ class HostPaths:
     @property
     def previous(self) -> str:
         return self._root("previous")
+
+    @property
+    def rollback_record(self) -> str:
+        """The last `rollback --to previous` switch (from/to, the new current link's identity, done)."""
+        return self._state("rollback-release.json")
 
     @property
     def control(self) -> str:

@@ -94,6 +94,9 @@ class Transport(ABC):
     def close(self) -> None:
         """Release the connection (nothing to do for local files)."""
 
+    def _error(self, action: str, path: str, exc: Exception) -> HostError:
+        return HostError(f"host {self.host}: cannot {action} {path}: {exc}")
+
     def __enter__(self) -> "Transport":
         return self
 
@@ -113,7 +116,7 @@ class LocalTransport(Transport):
         try:
             yield
         except OSError as exc:
-            raise HostError(f"host {self.host}: cannot {action} {path}: {exc}") from exc
+            raise self._error(action, path, exc) from exc
 
     def read_text(self, path: str) -> str | None:
         with self._errors("read", path):
@@ -239,9 +242,6 @@ class SSHTransport(Transport):
                 raise HostError(f"host {self.host}: `date +%s.%N` answered {answer!r}, not a time",
                                 hint="cutover needs GNU date on the host (coreutils)") from exc
         return self._offset
-
-    def _error(self, action: str, path: str, exc: Exception) -> HostError:
-        return HostError(f"host {self.host}: cannot {action} {path}: {exc}")
 
     def read_text(self, path: str) -> str | None:
         try:

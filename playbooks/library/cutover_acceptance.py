@@ -6,8 +6,8 @@ Runs cutover/acceptance.py (module_utils link): the release's GPU parity subset 
 so a re-run of the same stage skips it, while another build under the same id (other library bytes) runs it
 again and says why; the run's output stays in <release_id>.log. Every outcome is journaled (action gpu_check).
 A host without a GPU (sandbox) has nothing to run; `enabled: false` (the inventory's gpu_check) skips the run,
-journaled. Under
-CUDA MPS with serving live the run is refused: a fault in it would reach the serving ranks on its GPU.
+journaled. Under CUDA MPS with serving live the run is refused: a fault in it would reach the serving ranks on
+its GPU.
 """
 
 from __future__ import annotations

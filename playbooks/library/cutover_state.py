@@ -11,6 +11,12 @@ actions:
   wait_release wait until every rank heartbeats with release_id (after a restart)
   rollback     control.json -> triton (unless a triton file is in force), wait until every live rank reports
                that generation in mode triton, phase rolled_back
+  restore_previous  `rollback --to previous`, once: point current at the previous release and previous at the
+               outgoing one. The switch is recorded (paths.rollback_record) before current moves, with the
+               identity of the new current link (made under a temporary name, renamed into place: a rename keeps
+               it). While current is that very link the switch has happened, so a re-run only completes what a
+               cut left undone and reports "already"; any later stage makes a new link, so the record stops
+               counting by itself.
 
 A new control generation is hostlayout.next_generation: above the file's and above every generation a rank's
 heartbeat says it saw, so a lost or corrupt control.json never restarts at a generation the ranks ignore. For
@@ -233,11 +239,67 @@ def wait_for_triton(paths, params, generation, result):
         time.sleep(0.2)
 
 
+def link_id(path):
+    """The identity of a symlink itself (inode and mtime; a rename keeps both), or "" when there is none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    return "%d:%s" % (st.st_ino, st.st_mtime)
+
+
+def point_link(path, target):
+    """Make `path` a symlink to `target`, atomically (a new link under a temporary name, renamed over it)."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def read_link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def restore_previous(module, paths, params):
+    current, previous = read_link(paths.current), read_link(paths.previous)
+    record = read_json(paths.rollback_record) or {}
+    already = (current is not None and record.get("to_target") == current
+               and record.get("link_id") == link_id(paths.current))
+    if not already:
+        if previous is None:
+            module.fail_json(msg="no previous release on %s (%s is missing): nothing was switched"
+                                 % (params["host"], paths.previous))
+        if previous == current:
+            module.fail_json(msg="current and previous both name %s on %s: there is no other release to go back "
+                                 "to: nothing was switched" % (os.path.basename(previous), params["host"]))
+        if module.check_mode:
+            return {"changed": True}
+        incoming = os.path.join(params["cutover_root"], ".current-rollback")
+        point_link(incoming, previous)
+        record = {"from": os.path.basename(current or ""), "to": os.path.basename(previous),
+                  "from_target": current or "", "to_target": previous, "link_id": link_id(incoming),
+                  "at": time.time(), "by": params["operator"], "done": False}
+        atomic_write_text(paths.rollback_record, json.dumps(record, sort_keys=True))  # before current moves
+        os.replace(incoming, paths.current)
+    changed = not already or not record.get("done")
+    if changed and not module.check_mode:
+        if record["from_target"]:
+            point_link(paths.previous, record["from_target"])
+        atomic_write_text(paths.rollback_record, json.dumps(dict(record, done=True), sort_keys=True))
+    return {"changed": changed, "ansible_facts": {
+        "cutover_restored_release": record["to"], "cutover_rolled_back_from": record["from"],
+        "cutover_switched_at": record["at"], "cutover_already_switched": already}}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "action": {"type": "str", "required": True,
-                       "choices": ["stage", "verify_release", "wait_release", "rollback"]},
+                       "choices": ["stage", "verify_release", "wait_release", "rollback", "restore_previous"]},
             "release_dir": {"type": "path"},
             "files": {"type": "dict"},
             "cutover_root": {"type": "path", "required": True},
@@ -248,6 +310,7 @@ def main():
             "timeout_s": {"type": "float", "default": 30},
             "stale_s": {"type": "float", "default": 10},
             "reason": {"type": "str", "default": ""},
+            "host": {"type": "str", "default": "this host"},
         },
         required_if=[("action", "stage", ["release_id"]), ("action", "wait_release", ["release_id"]),
                      ("action", "verify_release", ["release_dir", "files"])],
@@ -256,7 +319,7 @@ def main():
     params = module.params
     paths = HostPaths(cutover_root=params["cutover_root"], state_dir=params["state_dir"])
     action = {"stage": stage, "verify_release": verify_release, "wait_release": wait_release,
-              "rollback": rollback}[params["action"]]
+              "rollback": rollback, "restore_previous": restore_previous}[params["action"]]
     module.exit_json(**action(module, paths, params))
 
 
