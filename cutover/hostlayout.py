@@ -6,6 +6,7 @@ are absent. Everything that names a path or a field of a host-side file lives he
     <cutover_root>/releases/<release_id>/   kernel .so + manifest.json
     <cutover_root>/current, previous         symlinks, swapped atomically
     <state_dir>/control.json                 ControlRecord: what the operator asks every rank to do
+    <state_dir>/control.json.lock            held for each write of control.json (cutover/controlwrite.py)
     <state_dir>/phase.json                   workflow phase of this host (operator side only)
     <state_dir>/runtime/rank-<r>.json        heartbeat of each rank
     <state_dir>/runtime/armed-rank-<r>.json  crash-containment marker: rank armed a non-Triton mode
@@ -73,6 +74,11 @@ class HostPaths:
     @property
     def control(self) -> str:
         return self._state("control.json")
+
+    @property
+    def control_lock(self) -> str:
+        """Taken by every writer of control.json for its read-modify-write (cutover/controlwrite.py)."""
+        return self._state("control.json.lock")
 
     @property
     def phase(self) -> str:

@@ -1,12 +1,13 @@
 """A host's state files (DESIGN.md host layout), read and written through a Transport.
 
-control.json (atomic writes, generation bumps), journal.jsonl (append only), the operator lock (owner,
-expiry, takeover of an expired lock), phase.json (state machine of `cutover.phases`), heartbeats and the
-acknowledgement wait, the latest verdict and the most recent divergence stats per rank.
+control.json (atomic writes under the control write lock, generation bumps), journal.jsonl (append only), the
+operator lock (owner, expiry, takeover of an expired lock), phase.json (state machine of `cutover.phases`),
+heartbeats and the acknowledgement wait, the latest verdict and the most recent divergence stats per rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from cutover import phases
 from cutover.config import Host, Settings
+from cutover.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
 from cutover.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
 from cutover.transport import Transport
@@ -133,38 +135,65 @@ class HostState:
     def set_mode(self, mode: str, *, reason: str, lease_s: float | None = None, release_id: str | None = None,
                  sample_rate: int | None = None) -> ControlRecord:
         """Write a new control generation asking every rank for `mode`; returns the record written."""
-        try:
-            current = self.read_control()
-        except HostError:
-            current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
-        record = ControlRecord(
-            mode=mode,
-            generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
-            lease_expires_at=self.now() + lease_s if lease_s else None,
-            release_id=release_id if release_id is not None else (current.release_id if current else None),
-            sample_rate=sample_rate or (current.sample_rate if current else 1),
-            set_by=self.settings.operator,
-            set_at=self.now(),
-            reason=reason,
-        )
-        record.validate()
-        self.transport.write_atomic(self.paths.control, record.to_json())
+        with self._writing_control() as lock:
+            try:
+                current = self.read_control()
+            except HostError:
+                current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
+            record = ControlRecord(
+                mode=mode,
+                generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
+                lease_expires_at=self.now() + lease_s if lease_s else None,
+                release_id=release_id if release_id is not None else (current.release_id if current else None),
+                sample_rate=sample_rate or (current.sample_rate if current else 1),
+                set_by=self.settings.operator,
+                set_at=self.now(),
+                reason=reason,
+            )
+            record.validate()
+            self._write_control(lock, record)
         return record
 
     def renew_lease(self, generation: int, ttl_s: float) -> ControlRecord:
         """Push the lease of the current generation forward; refused if the generation changed under us
         (someone rolled back or re-armed): the caller must stop, not overwrite their decision."""
-        current = self.read_control()
-        if current is None or current.generation != generation:
-            found = current.generation if current else "no control file"
-            raise HostError(
-                f"host {self.host.name}: control generation is {found}, not {generation}: "
-                "someone else changed the mode",
-                hint="stop renewing; run `cutover status` to see who acted (journal)",
-            )
-        current.lease_expires_at = self.now() + ttl_s
-        self.transport.write_atomic(self.paths.control, current.to_json())
+        with self._writing_control() as lock:
+            current = self.read_control()
+            if current is None or current.generation != generation:
+                found = current.generation if current else "no control file"
+                raise HostError(
+                    f"host {self.host.name}: control generation is {found}, not {generation}: "
+                    "someone else changed the mode",
+                    hint="stop renewing; run `cutover status` to see who acted (journal)",
+                )
+            current.lease_expires_at = self.now() + ttl_s
+            self._write_control(lock, current)
         return current
+
+    @contextlib.contextmanager
+    def _writing_control(self):
+        """Hold the control write lock (cutover/controlwrite.py) for one read-modify-write of control.json."""
+        lock = ControlWriteLock(self.transport, self.paths.control_lock, self.settings.operator, self.now)
+        try:
+            lock.acquire()
+        except ControlLockBusy as exc:
+            raise HostError(f"host {self.host.name}: {exc}: control.json was not changed",
+                            hint="another cutover is writing control.json there; run the command again "
+                                 "(`cutover status` and the journal show who acts on the host)") from exc
+        try:
+            if lock.broken:
+                self.journal("control_lock_broken", previous_holder=lock.broken)
+            yield lock
+        finally:
+            lock.release()
+
+    def _write_control(self, lock: ControlWriteLock, record: ControlRecord) -> None:
+        try:
+            lock.confirm()
+        except ControlLockBusy as exc:
+            raise HostError(f"host {self.host.name}: {exc}",
+                            hint="run the command again; `cutover status` shows what control.json asks now") from exc
+        self.transport.write_atomic(self.paths.control, record.to_json())
 
     # journal --------------------------------------------------------------------------------------------
     def journal(self, action: str, **details) -> dict:
@@ -209,7 +238,7 @@ class HostState:
             if held.owner == mine.owner:
                 self.transport.write_atomic(self.paths.lock, json.dumps(asdict(mine)))
                 return mine
-            if self._remove_lock_if_unchanged(held_text):
+            if remove_if_unchanged(self.transport, self.paths.lock, held_text):
                 if self.transport.create_exclusive(self.paths.lock, json.dumps(asdict(mine))):
                     self.journal("lock_takeover", previous_owner=held.owner, previous_action=held.action,
                                  previous_expired_at=held.expires_at, new_action=action)
@@ -218,20 +247,6 @@ class HostState:
         owner = held.describe(self.now()) if held else "another operator"
         raise LockHeldError(f"host {self.host.name} is locked by {owner}",
                             hint="another operator took the lock at the same moment: retry in a few seconds")
-
-    def _remove_lock_if_unchanged(self, expected_text: str) -> bool:
-        """Move the lock file aside and drop it if it still holds `expected_text` (the expired lock we judged);
-        a lock someone else created since is put back. True if the expired lock is gone."""
-        stale = f"{self.paths.lock}.stale-{uuid.uuid4().hex[:8]}"
-        if not self.transport.rename_if_exists(self.paths.lock, stale):
-            return True
-        moved = self.transport.read_text(stale)
-        if moved is not None and moved != expected_text:
-            self.transport.create_exclusive(self.paths.lock, moved)  # a fresh lock of another operator's
-            self.transport.remove(stale)
-            return False
-        self.transport.remove(stale)
-        return True
 
     def renew_lock(self, lock: LockRecord, ttl_s: float | None = None) -> LockRecord:
         held = self.read_lock()
@@ -311,34 +326,39 @@ class HostState:
             return releases.pop()
         return None
 
-    def wait_for_ack(self, generation: int, timeout_s: float | None = None, poll_s: float = 0.2) -> AckResult:
-        """Wait until every rank's heartbeat shows generation_seen >= generation. A host with no live
-        heartbeat at all has no serving process: nothing to wait for (a new process reads control.json)."""
+    def wait_for_ack(self, generation: int, timeout_s: float | None = None, poll_s: float = 0.2,
+                     mode: str | None = None) -> AckResult:
+        """Wait until every rank's heartbeat shows generation_seen >= generation, and with `mode` also that mode
+        active (a flip to triton is confirmed only once every rank runs it). A host with no live heartbeat at all
+        has no serving process: nothing to wait for (a new process reads control.json)."""
         timeout_s = timeout_s if timeout_s is not None else self.settings.ack_timeout_s
         deadline = time.monotonic() + timeout_s
         while True:
             views = self.ranks()
             if not any(v.fresh for v in views):
                 return AckResult(generation, serving=False, ranks=views)
-            behind = [v for v in views if not v.fresh or v.heartbeat.generation_seen < generation]
+            behind = [v for v in views if not v.fresh or v.heartbeat.generation_seen < generation
+                      or (mode is not None and v.heartbeat.mode_active != mode)]
             if not behind:
                 return AckResult(generation, serving=True, ranks=views)
             self._check_generation_kept(generation)
             if time.monotonic() >= deadline:
                 detail = ", ".join(
                     f"rank {v.rank}: " + ("no live heartbeat" if not v.fresh
-                                          else f"at generation {v.heartbeat.generation_seen}")
+                                          else f"at generation {v.heartbeat.generation_seen}, active "
+                                               f"{v.heartbeat.mode_active}")
                     for v in behind)
+                wanted = f"generation {generation}" + (f" in mode {mode}" if mode else "")
                 raise AckTimeoutError(
-                    f"host {self.host.name}: not every rank acknowledged generation {generation} within "
+                    f"host {self.host.name}: not every rank acknowledged {wanted} within "
                     f"{timeout_s:.0f} s ({detail})",
                     hint="check the serving process (cutover status); the lease, if any, still returns it to triton",
                 )
             time.sleep(poll_s)
 
     def _check_generation_kept(self, generation: int) -> None:
-        """HostError if control.json went back below `generation` while we waited: another writer (a lease
-        renewal that read the file just before our write) replaced it, and the ranks that had not read ours yet
+        """HostError if control.json went back below `generation` while we waited: a writer that ignores the
+        control write lock (a hand edit, an old cutover) replaced it, and the ranks that had not read ours yet
         never will."""
         control = self.read_control()
         if control is None or control.generation < generation:

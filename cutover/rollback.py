@@ -12,12 +12,14 @@ so they respect another operator's live lock and are refused on that host, on ei
 
 `--to previous` switches once: playbooks/rollback.yml records the switch on the host before it moves
 `current`, so a re-run (after a completed run or one cut off anywhere) reports "already on <id>" instead of
-switching back. Serving restarts only where the operator agreed, a serving process runs, and it has not
-already loaded what the host now has.
+switching back. The playbook also journals what changed (`rollback_release`) on the host, on either path.
+Serving restarts only where the operator agreed, a serving process runs, and it has not already loaded what
+the host now has; the operator is asked only about hosts that may need it (`needs_restart`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,8 +27,9 @@ from typing import Callable
 from cutover import ansible
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import AckTimeoutError, CutoverError, HostError, LockHeldError
+from cutover.hostlayout import HostPaths
 from cutover.hoststate import HostState, LockRecord
-from cutover.transport import open_transport
+from cutover.transport import Transport, open_transport
 
 
 @dataclass
@@ -39,6 +42,7 @@ class HostRollback:
     acknowledged: bool | None = None  # False: control.json says triton, but not every rank acked in time
     serving: bool | None = None  # None: not known (the fast path could not reach the host)
     serving_release: str | None = None  # the release every serving rank has loaded (fast path)
+    release_after: str | None = None  # --to previous: the release current will name (fast path; None: not known)
     acked_ranks: list[int] = field(default_factory=list)
     release_switched_to: str | None = None
     already_on_release: bool = False  # --to previous found the switch done by an earlier run
@@ -63,8 +67,10 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
     follow_up = [h for h in hosts if wanted and _follow_up_allowed(h, results[h.name], uninstall)]
     if not (fallback or follow_up):
         return [results[h.name] for h in hosts]
-    may_serve = [h.name for h in follow_up if results[h.name].serving is not False]  # None: not known yet
-    restart = may_serve if may_serve and confirm_restart(may_serve) else []
+    asked = [h.name for h in follow_up if needs_restart(results[h.name], uninstall)]
+    for name in (h.name for h in follow_up if results[h.name].serving and h.name not in asked):
+        say(f"{name}: {_already_runs(results[name].release_after)}")
+    restart = asked if asked and confirm_restart(asked) else []
     targets = [h for h in hosts if h in fallback or h in follow_up]
     say(f"running playbooks/rollback.yml on {', '.join(h.name for h in targets)}")
     changing = [h.name for h in follow_up]
@@ -87,8 +93,7 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
             line.ok = False
             line.messages.append(f"{outcome.failed_task or 'ansible'}: {outcome.message}")
         elif host in follow_up:
-            _fold_follow_up(line, outcome.facts, uninstall, agreed=host.name in restart)
-            _record_follow_up(host, settings, line, to_previous)
+            _fold_follow_up(line, outcome.facts, uninstall)
     return [results[h.name] for h in hosts]
 
 
@@ -102,6 +107,8 @@ def _roll_back_directly(host: Host, line: HostRollback, settings: Settings, reas
             _fast_flip(state, line, reason)
             if to_previous or uninstall:
                 _check_follow_up(host, state, to_previous, uninstall)
+            if to_previous:
+                line.release_after = release_after_switch(host.paths, transport)
     except HostError as err:
         if line.generation is None:  # the flip itself could not be done directly: Ansible does it
             line.messages.append(f"fast path failed ({err.message}); using Ansible")
@@ -112,6 +119,29 @@ def _roll_back_directly(host: Host, line: HostRollback, settings: Settings, reas
     except CutoverError as err:  # lock refused for the follow-up, ack timeout
         line.ok = False
         line.messages.append(err.message)
+
+
+def needs_restart(line: HostRollback, uninstall: bool) -> bool:
+    """Whether serving on the host must restart for --to previous / --uninstall to take effect, so the operator
+    is asked: a serving process runs or may run (not known through Ansible) and it has the plugin loaded
+    (--uninstall) or does not already run the release that current will name."""
+    if line.serving is False:
+        return False
+    return uninstall or line.release_after is None or line.serving_release != line.release_after
+
+
+def release_after_switch(paths: HostPaths, transport: Transport) -> str | None:
+    """The release current names once --to previous has run: current's own if the rollback record says an
+    earlier run switched to it, else previous's. restore_previous (playbooks/library/cutover_state.py) also
+    needs current to be the very link that run made, which cannot be read here: after a later stage onto the
+    same release the switch goes elsewhere, and the host's line says serving was not restarted."""
+    current, previous = transport.readlink(paths.current), transport.readlink(paths.previous)
+    try:
+        record = json.loads(transport.read_text(paths.rollback_record) or "{}")
+    except ValueError:
+        record = {}  # corrupt: restore_previous reads it as no record
+    target = current if current is not None and record.get("to_target") == current else previous
+    return target.rsplit("/", 1)[-1] if target else None
 
 
 def _follow_up_allowed(host: Host, line: HostRollback, uninstall: bool) -> bool:
@@ -140,7 +170,7 @@ def _fast_flip(state: HostState, line: HostRollback, reason: str) -> None:
         else:
             line.generation = state.set_mode("triton", reason=reason).generation
         try:
-            ack = state.wait_for_ack(line.generation)
+            ack = state.wait_for_ack(line.generation, mode="triton")
         except AckTimeoutError:
             line.serving, line.acknowledged = True, False  # only live ranks can time out
             _record_flip(state, line, reason)
@@ -210,7 +240,7 @@ def _fold_ansible_flip(line: HostRollback, flip: dict | None, refused: bool) -> 
                             else "no serving process (the next start reads control.json)"))
 
 
-def _fold_follow_up(line: HostRollback, facts: dict, uninstall: bool, agreed: bool) -> None:
+def _fold_follow_up(line: HostRollback, facts: dict, uninstall: bool) -> None:
     """Say what --to previous / --uninstall did on the host and whether serving was restarted."""
     if "cutover_restored_release" in facts:
         line.release_switched_to = facts["cutover_restored_release"]
@@ -221,7 +251,7 @@ def _fold_follow_up(line: HostRollback, facts: dict, uninstall: bool, agreed: bo
         line.uninstalled = True
         line.messages.append("plugin uninstalled from serving_python")
     line.restarted = facts.get("cutover_restart") == "restarted"
-    line.messages.append(_restart_note(line, facts.get("cutover_restart"), agreed))
+    line.messages.append(_restart_note(line, facts.get("cutover_restart"), uninstall))
 
 
 def _switch_note(line: HostRollback, switched_at: float) -> str:
@@ -232,30 +262,21 @@ def _switch_note(line: HostRollback, switched_at: float) -> str:
             "nothing switched")
 
 
-def _restart_note(line: HostRollback, restart: str | None, agreed: bool) -> str:
-    """restart: the playbook's cutover_restart fact (restarted, not serving, already loaded) or None."""
+def _restart_note(line: HostRollback, restart: str | None, uninstall: bool) -> str:
+    """restart: the playbook's cutover_restart fact (restarted, not serving, already loaded), or None where the
+    operator was not asked or did not agree."""
     change = f"release {line.release_switched_to}" if line.release_switched_to else "the change"
     if line.serving is False or restart == "not serving":
         return f"no serving process: its next start loads {change}"
-    if not agreed:
-        return (f"serving NOT restarted (not agreed): it keeps what it loaded, in mode triton, until restarted "
-                f"(re-run with --yes to restart it and load {change})")
     if restart == "restarted":
         return f"serving restarted to load {change}"
-    return f"serving already runs {line.release_switched_to}: not restarted"
+    if not uninstall and line.release_switched_to and line.serving_release == line.release_switched_to:
+        return _already_runs(line.release_switched_to)
+    why = ("not agreed" if needs_restart(line, uninstall)
+           else f"not asked: current was expected to name {line.release_after}")
+    return (f"serving NOT restarted ({why}): it keeps what it loaded, in mode triton, until restarted "
+            f"(re-run with --yes to restart it and load {change})")
 
 
-def _record_follow_up(host: Host, settings: Settings, line: HostRollback, to_previous: bool) -> None:
-    try:
-        with open_transport(host) as transport:
-            state = HostState(host, transport, settings)
-            if to_previous and line.release_switched_to:
-                phase = state.read_phase()
-                if phase.phase not in ("idle",):
-                    state.set_phase("rolled_back", release_id=line.release_switched_to,
-                                    reason="rollback --to previous")
-            state.journal("rollback_release", to_previous=to_previous, uninstall=line.uninstalled,
-                          release_id=line.release_switched_to, rolled_back_from=line.rolled_back_from,
-                          already=line.already_on_release, restarted=line.restarted)
-    except CutoverError as err:
-        line.messages.append(f"journal not written: {err.message}")
+def _already_runs(release_id: str | None) -> str:
+    return f"serving already runs {release_id}: no restart needed"

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 import paramiko
 
 from cutover.config import Host
+from cutover.controlwrite import LocalFiles
 from cutover.errors import HostError
 from cutover.hostlayout import atomic_write_text
 
@@ -110,6 +111,7 @@ class LocalTransport(Transport):
 
     def __init__(self, host: str):
         self.host = host
+        self._files = LocalFiles()
 
     @contextlib.contextmanager
     def _errors(self, action: str, path: str):
@@ -120,11 +122,7 @@ class LocalTransport(Transport):
 
     def read_text(self, path: str) -> str | None:
         with self._errors("read", path):
-            try:
-                with open(path) as handle:
-                    return handle.read()
-            except FileNotFoundError:
-                return None
+            return self._files.read_text(path)
 
     def write_atomic(self, path: str, text: str) -> None:
         with self._errors("write", path):
@@ -142,30 +140,15 @@ class LocalTransport(Transport):
 
     def create_exclusive(self, path: str, text: str) -> bool:
         with self._errors("create", path):
-            tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}")
-            atomic_write_text(tmp, text)
-            try:
-                os.link(tmp, path)  # fails if path exists; a reader sees no file or the whole text
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                os.unlink(tmp)
+            return self._files.create_exclusive(path, text)
 
     def rename_if_exists(self, path: str, new_path: str) -> bool:
         with self._errors("rename", path):
-            try:
-                os.rename(path, new_path)
-                return True
-            except FileNotFoundError:
-                return False
+            return self._files.rename_if_exists(path, new_path)
 
     def remove(self, path: str) -> None:
         with self._errors("remove", path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            self._files.remove(path)
 
     def size(self, path: str) -> int | None:
         with self._errors("stat", path):

@@ -31,7 +31,8 @@ def rollback(
 
     Direct over SSH (or local files), through Ansible if that fails; needs no local state. A host already on
     Triton is a success. Never blocked by another operator's lock (the override is journaled);
-    --to previous and --uninstall respect it and need a restart to take effect (--yes or a prompt).
+    --to previous and --uninstall respect it and need a restart to take effect (--yes or a prompt; hosts whose
+    serving already runs the release that --to previous makes current are not asked about).
     --to previous switches once: a re-run says "already on <release>" and switches nothing.
     """
     if to not in (None, "previous"):

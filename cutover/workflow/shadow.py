@@ -370,7 +370,7 @@ class _ShadowRun:
         for run in self.runs:
             try:
                 control = run.link.call(lambda st: st.set_mode("triton", reason=why, release_id=self.release_id))
-                run.link.call(lambda st: st.wait_for_ack(control.generation))
+                run.link.call(lambda st: st.wait_for_ack(control.generation, mode="triton"))
             except CutoverError:
                 failed.append(run.link.host)
         return self._roll_back([why], failed) if failed else []

@@ -17,6 +17,12 @@ actions:
                it). While current is that very link the switch has happened, so a re-run only completes what a
                cut left undone and reports "already"; any later stage makes a new link, so the record stops
                counting by itself.
+  rollback_release  journal what `rollback --to previous` / `--uninstall` changed (the last task of
+               playbooks/rollback.yml, so once per run, on either path); after a switch, a phase other than idle
+               becomes rolled_back with the restored release
+
+Every write of control.json holds the control write lock (module_utils/cutover_controlwrite.py), as the CLI's
+writes do, so a lease renewal or another mode change cannot interleave with it.
 
 A new control generation is hostlayout.next_generation: above the file's and above every generation a rank's
 heartbeat says it saw, so a lost or corrupt control.json never restarts at a generation the ranks ignore. For
@@ -25,11 +31,13 @@ the same reason a triton file is in force only if no rank saw a newer generation
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cutover_controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
 from ansible.module_utils.cutover_hostlayout import (
     ControlRecord,
     HostPaths,
@@ -51,7 +59,7 @@ options:
   action:
     type: str
     required: true
-    choices: [stage, verify_release, wait_release, rollback]
+    choices: [stage, verify_release, wait_release, rollback, restore_previous, rollback_release]
     description: "what to do"
   release_dir: {type: path, description: "release directory to verify"}
   files: {type: dict, description: "file name -> sha256 (verify_release)"}
@@ -63,6 +71,12 @@ options:
   timeout_s: {type: float, default: 30, description: "how long to wait for heartbeats"}
   stale_s: {type: float, default: 10, description: "a heartbeat older than this is not live"}
   reason: {type: str, default: "", description: "why (journal)"}
+  host: {type: str, default: "this host", description: "the inventory name, for messages (restore_previous)"}
+  to_previous: {type: bool, default: false, description: "the run switched back to previous (rollback_release)"}
+  uninstall: {type: bool, default: false, description: "the run uninstalled the plugin (rollback_release)"}
+  rolled_back_from: {type: str, description: "the release switched away from (rollback_release)"}
+  already: {type: bool, default: false, description: "an earlier run had switched already (rollback_release)"}
+  restarted: {type: bool, default: false, description: "serving was restarted (rollback_release)"}
 """
 
 
@@ -87,11 +101,36 @@ def triton_in_force(current, beats):
             and all(beat.generation_seen <= current.generation for beat in beats))
 
 
-def write_triton(paths, current, beats, operator, reason, release_id):
+def write_triton(paths, lock, current, beats, operator, reason, release_id):
+    """control.json in mode triton at the next generation, holding `lock` (control_write_lock)."""
     record = ControlRecord(mode="triton", generation=next_generation(usable(current), beats),
                            release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
+    lock.confirm()
     atomic_write_text(paths.control, record.to_json())
     return record
+
+
+@contextlib.contextmanager
+def control_write_lock(module, paths, params):
+    """Hold the control write lock (module_utils/cutover_controlwrite.py) for one read-modify-write of
+    control.json; in check mode nothing is written, so nothing is taken. A broken stale lock is journaled."""
+    if module.check_mode:
+        yield None
+        return
+    lock = ControlWriteLock(LocalFiles(), paths.control_lock, params["operator"], time.time)
+    try:
+        lock.acquire()
+    except ControlLockBusy as exc:
+        module.fail_json(msg="%s: control.json was not changed; run the command again" % exc)
+    try:
+        if lock.broken:
+            append_jsonl(paths.journal, journal_entry("control_lock_broken", params["operator"],
+                                                      previous_holder=lock.broken, path="ansible"))
+        yield lock
+    except ControlLockBusy as exc:
+        module.fail_json(msg="%s" % exc)
+    finally:
+        lock.release()
 
 
 def control_note(current):
@@ -112,26 +151,40 @@ def stage(module, paths, params):
             changed = True
             if not module.check_mode:
                 os.makedirs(directory, exist_ok=True)
-    current, beats = read_control(paths), recorded_heartbeats(paths)
-    if not triton_in_force(current, beats):
-        changed = True
-        notes.append(control_note(current))
-        if not module.check_mode:
-            record = write_triton(paths, current, beats, params["operator"], "stage " + params["release_id"],
-                                  params["release_id"])
-            append_jsonl(paths.journal, journal_entry("control_initialized", params["operator"],
-                                                      generation=record.generation, mode="triton"))
-    phase = read_json(paths.phase) or {}
+    with control_write_lock(module, paths, params) as lock:
+        current, beats = read_control(paths), recorded_heartbeats(paths)
+        if not triton_in_force(current, beats):
+            changed = True
+            notes.append(control_note(current))
+            if not module.check_mode:
+                record = write_triton(paths, lock, current, beats, params["operator"],
+                                      "stage " + params["release_id"], params["release_id"])
+                append_jsonl(paths.journal, journal_entry("control_initialized", params["operator"],
+                                                          generation=record.generation, mode="triton"))
+    phase = read_phase(paths) or {}
     old_phase = phase.get("phase", "idle")
     new_phase = phase_after_stage(old_phase, phase.get("release_id"), params["release_id"])
     if new_phase != old_phase or phase.get("release_id") != params["release_id"]:
         changed = True
         notes.append("phase %s -> %s" % (old_phase, new_phase))
         if not module.check_mode:
-            atomic_write_text(paths.phase, json.dumps({
-                "phase": new_phase, "release_id": params["release_id"], "updated_at": time.time(),
-                "set_by": params["operator"], "reason": "stage", "run_id": None}, sort_keys=True))
+            write_phase(paths, new_phase, params["release_id"], params["operator"], "stage")
     return {"changed": changed, "notes": notes, "phase": new_phase}
+
+
+def read_phase(paths):
+    """phase.json as a dict: {} when there is none; None when it is corrupt (not an object naming a phase)."""
+    data = read_json(paths.phase)
+    if data is None:
+        return {}
+    return data if isinstance(data, dict) and isinstance(data.get("phase"), str) else None
+
+
+def write_phase(paths, phase, release_id, operator, reason):
+    """phase.json with the fields of the operator side's PhaseRecord (cutover/hoststate.py)."""
+    atomic_write_text(paths.phase, json.dumps({"phase": phase, "release_id": release_id, "updated_at": time.time(),
+                                               "set_by": operator, "reason": reason, "run_id": None},
+                                              sort_keys=True))
 
 
 def file_mismatches(release_dir, files):
@@ -195,17 +248,18 @@ def unacknowledged(beats, tp_size, generation, mode):
 
 
 def rollback(module, paths, params):
-    current, beats = read_control(paths), recorded_heartbeats(paths)
-    already = triton_in_force(current, beats)
-    result = {"changed": not already, "already_triton": already}
-    if module.check_mode:
-        return result
-    if already:
-        generation = current.generation
-    else:
-        base = usable(current)
-        generation = write_triton(paths, current, beats, params["operator"], params["reason"] or "rollback",
-                                  base.release_id if base else None).generation
+    with control_write_lock(module, paths, params) as lock:
+        current, beats = read_control(paths), recorded_heartbeats(paths)
+        already = triton_in_force(current, beats)
+        result = {"changed": not already, "already_triton": already}
+        if module.check_mode:
+            return result
+        if already:
+            generation = current.generation
+        else:
+            base = usable(current)
+            generation = write_triton(paths, lock, current, beats, params["operator"],
+                                      params["reason"] or "rollback", base.release_id if base else None).generation
     result["generation"] = generation
     behind = wait_for_triton(paths, params, generation, result)
     result["acknowledged"] = not behind
@@ -213,11 +267,10 @@ def rollback(module, paths, params):
     append_jsonl(paths.journal, journal_entry("rollback", params["operator"], generation=generation,
                                               already_triton=already, path="ansible", reason=params["reason"],
                                               acknowledged=not behind))
-    phase = read_json(paths.phase) or {}
-    if phase.get("phase", "idle") not in ("idle", "rolled_back"):
-        phase.update({"phase": "rolled_back", "updated_at": time.time(), "set_by": params["operator"],
-                      "reason": params["reason"] or "rollback"})
-        atomic_write_text(paths.phase, json.dumps(phase, sort_keys=True))
+    phase = read_phase(paths)
+    if phase is None or phase.get("phase", "idle") not in ("idle", "rolled_back"):  # a corrupt one is rewritten
+        write_phase(paths, "rolled_back", (phase or {}).get("release_id"), params["operator"],
+                    params["reason"] or "rollback")
         result["changed"] = True
     if behind:
         module.fail_json(msg="ranks did not acknowledge generation %d in mode triton within %.0f s (%s)"
@@ -295,11 +348,28 @@ def restore_previous(module, paths, params):
         "cutover_switched_at": record["at"], "cutover_already_switched": already}}
 
 
+def rollback_release(module, paths, params):
+    """Journal what --to previous / --uninstall changed, with the fields the operator side reports; after a
+    switch, a phase other than idle becomes rolled_back with the restored release."""
+    if module.check_mode:
+        return {"changed": True}
+    if params["to_previous"] and params["release_id"]:
+        phase = read_phase(paths)
+        if phase is None or phase.get("phase", "idle") != "idle":
+            write_phase(paths, "rolled_back", params["release_id"], params["operator"], "rollback --to previous")
+    append_jsonl(paths.journal, journal_entry(
+        "rollback_release", params["operator"], to_previous=params["to_previous"], uninstall=params["uninstall"],
+        release_id=params["release_id"], rolled_back_from=params["rolled_back_from"] or None,
+        already=params["already"], restarted=params["restarted"]))
+    return {"changed": True}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "action": {"type": "str", "required": True,
-                       "choices": ["stage", "verify_release", "wait_release", "rollback", "restore_previous"]},
+                       "choices": ["stage", "verify_release", "wait_release", "rollback", "restore_previous",
+                                   "rollback_release"]},
             "release_dir": {"type": "path"},
             "files": {"type": "dict"},
             "cutover_root": {"type": "path", "required": True},
@@ -311,6 +381,11 @@ def main():
             "stale_s": {"type": "float", "default": 10},
             "reason": {"type": "str", "default": ""},
             "host": {"type": "str", "default": "this host"},
+            "to_previous": {"type": "bool", "default": False},
+            "uninstall": {"type": "bool", "default": False},
+            "rolled_back_from": {"type": "str"},
+            "already": {"type": "bool", "default": False},
+            "restarted": {"type": "bool", "default": False},
         },
         required_if=[("action", "stage", ["release_id"]), ("action", "wait_release", ["release_id"]),
                      ("action", "verify_release", ["release_dir", "files"])],
@@ -319,7 +394,8 @@ def main():
     params = module.params
     paths = HostPaths(cutover_root=params["cutover_root"], state_dir=params["state_dir"])
     action = {"stage": stage, "verify_release": verify_release, "wait_release": wait_release,
-              "rollback": rollback, "restore_previous": restore_previous}[params["action"]]
+              "rollback": rollback, "restore_previous": restore_previous,
+              "rollback_release": rollback_release}[params["action"]]
     module.exit_json(**action(module, paths, params))
 
 

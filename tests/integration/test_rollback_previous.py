@@ -142,15 +142,20 @@ def test_an_acknowledgement_timeout_is_journaled_and_phased(cli, ssh_hosts, inve
     assert host.phase()["phase"] == "rolled_back"
 
 
-def test_serving_that_already_runs_the_restored_release_is_not_restarted(cli, two_staged, ssh_hosts, tmp_path):
+def test_serving_that_already_runs_the_restored_release_is_not_asked_about(cli, two_staged, ssh_hosts, tmp_path):
     host, older, newer = two_staged
     marker = tmp_path / "restarted"
     inventory = ssh_hosts.write_inventory(tmp_path / "inventory.yml", serving_restart_command=f"touch {marker}")
-    rollback_to_previous(cli, inventory)  # no serving process: nothing to restart
+    # serving still runs the older release (the newer one was staged without a restart), acknowledging triton
     plant_ranks(host, generation=host.control()["generation"], mode="triton", release_id=older)
 
-    again = cli.json("rollback", "-i", inventory, "--limit", "host1", "--to", "previous", "--yes")["hosts"][0]
+    for agreed in ([], ["--yes"]):  # the switch, then a re-run that finds it done: never asked, never restarted
+        result = cli("--json", "rollback", "-i", inventory, "--limit", "host1", "--to", "previous", *agreed)
 
-    assert not marker.exists() and again["restarted"] is False
-    assert f"serving already runs {older}: not restarted" in again["messages"]
+        assert result.returncode == 0, result.stderr
+        (line,) = json.loads(result.stdout)["hosts"]
+        assert line["release_switched_to"] == older and line["already_on_release"] is bool(agreed)
+        assert f"host1: serving already runs {older}: no restart needed" in result.stderr
+        assert f"serving already runs {older}: no restart needed" in line["messages"]
+        assert not marker.exists() and line["restarted"] is False
     assert links(host) == (older, newer)

@@ -166,3 +166,33 @@ def test_stage_after_control_json_was_lost_writes_above_the_generation_a_dead_ra
     [entry] = [e for e in host.journal() if e["action"] == "control_initialized"]
     assert entry["generation"] == 8
     assert json.loads(Path(host_paths(host).phase).read_text())["phase"] == "staged"
+
+
+def test_the_modules_rollback_breaks_a_control_write_lock_left_by_a_dead_writer(one_host):
+    """A writer cut off mid-write leaves control.json.lock behind: the emergency path breaks it (it is older than
+    controlwrite.STALE_S), journals whose it was, writes, and leaves no lock."""
+    host, inventory = one_host
+    write_control(host, "shadow", 6)
+    left = {"holder": "bob@elsewhere", "token": "bobs", "at": time.time() - 60, "pid": 4242, "client": "bobs-laptop"}
+    atomic_write_text(host_paths(host).control_lock, json.dumps(left))
+
+    outcome = rollback(inventory)
+
+    assert outcome.ok, outcome.message
+    assert (host.control()["mode"], host.control()["generation"]) == ("triton", 7)
+    [entry] = [e for e in host.journal() if e["action"] == "control_lock_broken"]
+    assert entry["path"] == "ansible" and entry["previous_holder"].startswith("bob@elsewhere (pid 4242 on bobs-laptop")
+    assert not [p for p in Path(host_paths(host).state_dir).iterdir() if p.name.startswith("control.json.lock")]
+
+
+def test_the_modules_rollback_rewrites_a_corrupt_phase_file(one_host):
+    """As the fast path does: a phase.json that is not a phase record is re-established as rolled_back."""
+    host, inventory = one_host
+    write_control(host, "shadow", 3)
+    Path(host_paths(host).phase).write_text("{not json")
+
+    outcome = rollback(inventory)
+
+    assert outcome.ok, outcome.message
+    phase = json.loads(Path(host_paths(host).phase).read_text())
+    assert (phase["phase"], phase["set_by"]) == ("rolled_back", "alice@test")

@@ -80,6 +80,23 @@ def test_rollback_flips_a_shadowing_host_and_overrides_a_foreign_lock(invoke, lo
     assert "rollback_overrode_lock" in [e["action"] for e in read_journal(state_dir)]
 
 
+def test_a_rank_that_saw_the_flip_but_still_runs_custom_is_not_an_acknowledgement(invoke, local_inventory,
+                                                                                   state_dir, tmp_path):
+    state_dir.mkdir()
+    (state_dir / "control.json").write_text(json.dumps({"mode": "triton", "generation": 5}))
+    (state_dir / "runtime").mkdir()
+    for rank, mode in ((0, "triton"), (1, "custom")):
+        (state_dir / "runtime" / f"rank-{rank}.json").write_text(json.dumps({
+            "rank": rank, "pid": 1, "host": "local", "mode_active": mode, "generation_seen": 5, "release_id": "r1",
+            "kernel": "cuda", "written_at": time.time() + 60}))  # fresh through the wait
+    settings = tmp_path / "cutover.yml"
+    settings.write_text("ack_timeout_s: 1\n")
+    result = invoke("rollback", "-i", local_inventory, "--config", settings)
+    assert result.exit_code == 8, result.stdout + result.stderr
+    assert "not every rank acknowledged generation 5 in mode triton" in result.stdout + result.stderr
+    assert "rank 1: at generation 5, active custom" in result.stdout + result.stderr
+
+
 def test_rollback_to_previous_without_one_is_refused_but_still_on_triton(invoke, local_inventory, state_dir):
     result = invoke("rollback", "-i", local_inventory, "--to", "previous")
     assert result.exit_code == 4
@@ -210,6 +227,8 @@ def test_stage_installs_the_plugin_wheel_and_rollback_uninstalls_it(invoke, tmp_
     removed = invoke("rollback", "-i", inventory, "--uninstall", "--json")
     assert removed.exit_code == 0, removed.stderr
     assert json.loads(removed.stdout)["hosts"][0]["uninstalled"] is True
+    (entry,) = [e for e in read_journal(tmp_path / "state") if e["action"] == "rollback_release"]
+    assert (entry["uninstall"], entry["to_previous"], entry["release_id"]) == (True, False, None)
     out = subprocess.run(isolated, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert out.strip() == "[] True"
 

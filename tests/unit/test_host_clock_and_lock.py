@@ -13,6 +13,7 @@ import pytest
 from cutover import config
 from cutover.cli.status import _clock_notes
 from cutover.config import Settings
+from cutover.controlwrite import remove_if_unchanged
 from cutover.errors import LockHeldError
 from cutover.hoststate import HostState
 from cutover.plugin.control import ControlState
@@ -92,10 +93,10 @@ def test_a_takeover_puts_back_a_lock_created_since_it_looked(local_inventory):
     carols = json.dumps({"owner": "carol@test", "action": "stage", "acquired_at": time.time(),
                          "expires_at": time.time() + 300, "token": "carols"})
     alice.transport.write_atomic(alice.paths.lock, carols)
-    assert alice._remove_lock_if_unchanged(expired) is False
+    assert remove_if_unchanged(alice.transport, alice.paths.lock, expired) is False
     assert alice.read_lock().token == "carols"
     alice.transport.write_atomic(alice.paths.lock, expired)
-    assert alice._remove_lock_if_unchanged(expired) is True and alice.read_lock() is None
+    assert remove_if_unchanged(alice.transport, alice.paths.lock, expired) is True and alice.read_lock() is None
 
 
 def test_one_operator_cannot_take_its_own_lock_from_a_process_that_still_runs(local_inventory):

@@ -136,9 +136,21 @@ def test_ack_timeout_names_the_lagging_ranks(local_inventory):
     assert "rank 1: at generation 4" in caught.value.message and "rank 0" not in caught.value.message
 
 
+def test_a_flip_to_triton_is_acknowledged_only_by_ranks_that_run_triton(local_inventory):
+    state = make_state(local_inventory)
+    write_heartbeat(state, 0, 5, mode="triton")
+    write_heartbeat(state, 1, 5, mode="custom")
+    write_control(state, 5)
+    assert state.wait_for_ack(5, timeout_s=0.3).serving  # the generation alone: both ranks saw it
+    with pytest.raises(AckTimeoutError) as caught:
+        state.wait_for_ack(5, timeout_s=0.3, mode="triton")
+    assert "acknowledged generation 5 in mode triton" in caught.value.message
+    assert "rank 1: at generation 5, active custom" in caught.value.message and "rank 0" not in caught.value.message
+
+
 def test_a_control_file_replaced_while_waiting_is_named(local_inventory):
-    """A lease renewal that read control.json just before a rollback wrote it puts the old generation back:
-    the ranks that had not read the rollback never will, so the wait stops and says so."""
+    """Control.json put back below the awaited generation by a writer that ignores the control write lock (a
+    hand edit): the ranks that had not read the awaited generation never will, so the wait stops and says so."""
     state = make_state(local_inventory)
     write_heartbeat(state, 0, 5)
     write_heartbeat(state, 1, 4)

@@ -94,3 +94,24 @@ def test_fallback_host_that_serves_is_restarted_only_when_agreed(ssh_hosts, invo
     assert line["already_on_release"] and line["restarted"] is True and marker.exists()
     assert "serving restarted to load release a" in line["messages"]
     assert (host.current_release(), host.previous_release()) == ("a", "b")
+
+
+def test_fallback_rollback_to_previous_journals_the_release_change_once_and_phases_it(ssh_hosts, invoke, tmp_path):
+    host = ssh_hosts.host("host1")
+    plant_releases(host)
+    (host.state_dir / "phase.json").write_text(json.dumps({"phase": "promoted", "release_id": "b"}))
+    (host.state_dir / "control.json").write_text(json.dumps({"mode": "custom", "generation": 3}))
+
+    result = invoke("rollback", "-i", fallback_inventory(ssh_hosts, tmp_path), "--limit", "host1",
+                    "--to", "previous", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    (line,) = json.loads(result.stdout)["hosts"]
+    assert line["ok"] and line["path"] == "ansible" and line["release_switched_to"] == "a"
+    (entry,) = [e for e in read_journal(host.state_dir) if e["action"] == "rollback_release"]
+    assert {k: entry[k] for k in ("to_previous", "uninstall", "release_id", "rolled_back_from", "already",
+                                  "restarted")} == {"to_previous": True, "uninstall": False, "release_id": "a",
+                                                    "rolled_back_from": "b", "already": False, "restarted": False}
+    assert entry["actor"] == "alice@test"
+    phase = json.loads((host.state_dir / "phase.json").read_text())
+    assert (phase["phase"], phase["release_id"]) == ("rolled_back", "a")

@@ -1,9 +1,14 @@
 """SSHTransport against real sshd hosts: file operations, and host keys verified (never auto-added)."""
 
+import json
+import time
+
 import pytest
 
 from cutover import config
+from cutover.config import Settings
 from cutover.errors import HostError
+from cutover.hoststate import HostState
 from cutover.transport import SSHTransport
 
 pytestmark = pytest.mark.integration
@@ -42,6 +47,20 @@ def test_file_operations_over_sftp(ssh_hosts, home):
         assert transport.readlink(f"{state}/journal.jsonl") is None
         assert (transport.size(f"{state}/journal.jsonl"), transport.size(f"{state}/missing")) == (18, None)
         assert not [n for n in transport.listdir(str(state)) if n.startswith(".tmp-")]  # create_exclusive's temp file
+
+
+def test_control_writes_over_sftp_take_and_release_the_control_write_lock(ssh_hosts, home):
+    """A stale lock on the host is broken over SFTP and journaled; after each write no lock file is left."""
+    host = host_of(ssh_hosts)
+    with SSHTransport(host) as transport:
+        state = HostState(host, transport, Settings(operator="alice@test"))
+        left = {"holder": "bob@test", "token": "bobs", "at": time.time() - 60, "pid": 1, "client": "x"}
+        transport.write_atomic(host.paths.control_lock, json.dumps(left))
+        armed = state.set_mode("shadow", reason="t", lease_s=60)
+        assert state.renew_lease(armed.generation, ttl_s=120).generation == armed.generation
+        assert [e["action"] for e in map(json.loads, transport.read_text(host.paths.journal).splitlines())] == [
+            "control_lock_broken"]
+        assert not [n for n in transport.listdir(host.paths.state_dir) if n.startswith("control.json.lock")]
 
 
 def test_host_clock_is_read_over_ssh(ssh_hosts, home):

@@ -1,0 +1,1 @@
+../../cutover/controlwrite.py
