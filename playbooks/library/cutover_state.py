@@ -77,6 +77,7 @@ options:
   rolled_back_from: {type: str, description: "the release switched away from (rollback_release)"}
   already: {type: bool, default: false, description: "an earlier run had switched already (rollback_release)"}
   restarted: {type: bool, default: false, description: "serving was restarted (rollback_release)"}
+  completed: {type: bool, default: true, description: "every step after the switch succeeded (rollback_release)"}
 """
 
 
@@ -360,7 +361,7 @@ def rollback_release(module, paths, params):
     append_jsonl(paths.journal, journal_entry(
         "rollback_release", params["operator"], to_previous=params["to_previous"], uninstall=params["uninstall"],
         release_id=params["release_id"], rolled_back_from=params["rolled_back_from"] or None,
-        already=params["already"], restarted=params["restarted"]))
+        already=params["already"], restarted=params["restarted"], completed=params["completed"]))
     return {"changed": True}
 
 
@@ -386,6 +387,7 @@ def main():
             "rolled_back_from": {"type": "str"},
             "already": {"type": "bool", "default": False},
             "restarted": {"type": "bool", "default": False},
+            "completed": {"type": "bool", "default": True},
         },
         required_if=[("action", "stage", ["release_id"]), ("action", "wait_release", ["release_id"]),
                      ("action", "verify_release", ["release_dir", "files"])],

@@ -159,3 +159,17 @@ def test_serving_that_already_runs_the_restored_release_is_not_asked_about(cli, 
         assert f"serving already runs {older}: no restart needed" in line["messages"]
         assert not marker.exists() and line["restarted"] is False
     assert links(host) == (older, newer)
+
+
+def test_a_restart_that_fails_after_the_switch_is_still_journaled_on_the_host(cli, two_staged, ssh_hosts, tmp_path):
+    """The switch happened, the restart failed: the host's journal says so (completed false), once."""
+    host, older, newer = two_staged
+    inventory = ssh_hosts.write_inventory(tmp_path / "inventory.yml", serving_restart_command="false")
+    plant_ranks(host, generation=host.control()["generation"], mode="triton", release_id=newer)
+
+    result = cli("--json", "rollback", "-i", inventory, "--limit", "host1", "--to", "previous", "--yes")
+
+    assert result.returncode != 0
+    assert links(host) == (older, newer)
+    (entry,) = [e for e in host.journal() if e["action"] == "rollback_release"]
+    assert (entry["release_id"], entry["restarted"], entry["completed"]) == (older, False, False)
