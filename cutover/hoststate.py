@@ -133,13 +133,18 @@ class HostState:
             ) from exc
 
     def set_mode(self, mode: str, *, reason: str, lease_s: float | None = None, release_id: str | None = None,
-                 sample_rate: int | None = None) -> ControlRecord:
-        """Write a new control generation asking every rank for `mode`; returns the record written."""
+                 sample_rate: int | None = None, expect_generation: int | None = None) -> ControlRecord:
+        """Write a new control generation asking every rank for `mode`; returns the record written. With
+        `expect_generation`, only on top of that generation: a change the caller has not seen (a rollback)
+        is never overwritten."""
         with self._writing_control() as lock:
-            try:
-                current = self.read_control()
-            except HostError:
-                current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
+            if expect_generation is not None:
+                current = self._require_generation(expect_generation)
+            else:
+                try:
+                    current = self.read_control()
+                except HostError:
+                    current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
             record = ControlRecord(
                 mode=mode,
                 generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
@@ -158,16 +163,22 @@ class HostState:
         """Push the lease of the current generation forward; refused if the generation changed under us
         (someone rolled back or re-armed): the caller must stop, not overwrite their decision."""
         with self._writing_control() as lock:
-            current = self.read_control()
-            if current is None or current.generation != generation:
-                found = current.generation if current else "no control file"
-                raise HostError(
-                    f"host {self.host.name}: control generation is {found}, not {generation}: "
-                    "someone else changed the mode",
-                    hint="stop renewing; run `cutover status` to see who acted (journal)",
-                )
+            current = self._require_generation(generation)
             current.lease_expires_at = self.now() + ttl_s
             self._write_control(lock, current)
+        return current
+
+    def _require_generation(self, generation: int) -> ControlRecord:
+        """control.json's record if it still holds `generation`; HostError naming what it holds otherwise."""
+        current = self.read_control()
+        if current is None or current.generation != generation:
+            found = f"{current.generation} ({current.mode}, set by {current.set_by or '?'})" if current else \
+                "missing (no control file)"
+            raise HostError(
+                f"host {self.host.name}: control generation is {found}, not {generation}: "
+                "someone else changed the mode",
+                hint="stop; run `cutover status` to see who acted (journal)",
+            )
         return current
 
     @contextlib.contextmanager

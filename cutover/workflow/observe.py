@@ -100,6 +100,7 @@ class RankTracker:
     pid: int | None = None
     pids: list[int] = field(default_factory=list)
     mode_active: str | None = None
+    release_id: str | None = None
     reason: str = ""
     kernel: str = ""
     counters: dict = field(default_factory=dict)
@@ -116,6 +117,7 @@ class RankTracker:
             if beat.pid not in self.pids:
                 self.pids.append(beat.pid)
         self.mode_active, self.reason, self.kernel = beat.mode_active, beat.reason, beat.kernel
+        self.release_id = beat.release_id
         self.counters = beat.counters or {}
 
     @property

@@ -24,7 +24,7 @@ from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.rollback import rollback_hosts
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
-from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
+from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
 
 
 @dataclass
@@ -49,6 +49,7 @@ class HostPlan:
     baseline: dict = field(default_factory=dict)
     run_id: str | None = None
     override: str = ""  # the refusal --force overrode
+    generation: int | None = None  # control.json's generation when checked: the flip builds on it, or refuses
 
 
 @dataclass
@@ -78,9 +79,10 @@ def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
 def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
     phase = link.call(lambda st: st.read_phase())
     loaded = link.call(lambda st: st.serving_release())
-    plan = HostPlan(link.host, phase.release_id, "promote", run_id=phase.run_id)
+    control = link.call(lambda st: st.read_control())
+    plan = HostPlan(link.host, phase.release_id, "promote", run_id=phase.run_id,
+                    generation=control.generation if control else None)
     if phase.phase == "promoted":
-        control = link.call(lambda st: st.read_control())
         if control and control.mode == "custom" and control.lease_expires_at is None and loaded == phase.release_id:
             plan.action = "already promoted"
             return plan, None
@@ -110,6 +112,26 @@ def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
     return plan, None
 
 
+def recheck_before_flip(link: HostLink, checked: HostPlan) -> HostPlan:
+    """The host checked again right before its flip: a rollout runs a watch per host, so minutes pass between
+    the first check and a later host's turn. What changed since (a rollback by on-call, another release loaded,
+    control.json moved on) stops the rollout there, with nothing changed on this host; --force overrides only
+    what it overrode at the start."""
+    plan, refusal = _plan_host(link)
+    plan.override = checked.override
+    changed = refusal if refusal and refusal != checked.override else None
+    if not changed and plan.generation != checked.generation:
+        changed = (f"host {link.name}: control.json moved from generation {checked.generation} to "
+                   f"{plan.generation} since promote checked it: someone acted on the host")
+    if changed:
+        raise PhaseError(f"promote stopped before {link.name}, nothing changed there: {changed}",
+                         hint="read `cutover status` and the journal; the hosts promoted so far stay promoted")
+    return plan
+
+
+RECENT_WINDOW_S = 120.0  # rates and accept lengths are judged over this much of the latest probes
+
+
 class _Regression(Exception):
     pass
 
@@ -132,7 +154,8 @@ def run_promote(
 
         plans = plan_promotion(links, options.force)
         results = []
-        for link, plan in zip(links, plans):
+        for link, checked in zip(links, plans):
+            plan = recheck_before_flip(link, checked)
             if plan.action == "already promoted":
                 say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
                 results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))
@@ -162,7 +185,8 @@ def _promote_host(
     try:
         control = link.call(
             lambda st: st.set_mode(
-                "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s
+                "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s,
+                expect_generation=plan.generation,
             )
         )
         link.call(
@@ -193,7 +217,8 @@ def _promote_host(
         )
         leased = False
         final = link.call(
-            lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id)
+            lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id,
+                                   expect_generation=control.generation)
         )
         link.call(lambda st: st.wait_for_ack(final.generation))
         link.call(
@@ -219,11 +244,12 @@ def unchecked_watch_checks(base: dict) -> str:
 
 
 def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: bool) -> NoReturn:
-    """Roll the host back after `exc` and journal it; raise GateFailedError for a regression or a host problem,
-    `exc` itself otherwise (Ctrl-C, an unexpected error)."""
+    """Roll the host back after `exc` (a second Ctrl-C waits for it) and journal it; raise GateFailedError,
+    which names the outcome, for a regression, a host problem or Ctrl-C; `exc` itself for an unexpected error."""
     reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (
         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
+    with sigint_deferred():
+        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
     if result.ok:
         outcome = "rolled back to Triton"
     elif leased:
@@ -236,7 +262,7 @@ def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: 
         link.call(
             lambda st: st.journal("promote_rolled_back", release_id=plan.release_id, reason=reason, confirmed=result.ok)
         )
-    if not isinstance(exc, (_Regression, CutoverError)):
+    if not isinstance(exc, (_Regression, CutoverError, KeyboardInterrupt)):
         raise exc
     raise GateFailedError(
         f"host {link.name}: {reason}; {outcome}; rollout stopped",
@@ -266,19 +292,23 @@ def _watch(link, plan, generation, ack, options, keep_locks) -> None:
         failed_probes = 0 if sample.healthy else failed_probes + 1
         if sample.healthy:
             samples.append(sample)
-        problem = find_regression(policy, plan.baseline, trackers, samples, failed_probes, sample)
+        problem = find_regression(policy, plan.baseline, trackers, samples, failed_probes, sample, plan.release_id)
         if problem:
             raise _Regression(problem)
 
 
 def find_regression(
-    policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int, last: ServerSample
+    policy: Policy, base: dict, trackers, samples: list[ServerSample], failed_probes: int, last: ServerSample,
+    release_id: str | None = None,
 ) -> str | None:
-    """The first regression against the shadow baseline, or None."""
+    """The first regression against the shadow baseline, or None. Rates and accept lengths are judged over the
+    last RECENT_WINDOW_S of samples (at least three probes), so a stall late in the watch is not averaged away."""
     promote = policy.promote
     if failed_probes >= promote.max_failed_probes:
         return f"{failed_probes} consecutive failed health probes ({last.error})"
     for tracker in trackers:
+        if release_id and tracker.release_id and tracker.release_id != release_id:
+            return f"rank {tracker.rank} runs release {tracker.release_id}, not the promoted {release_id}"
         seen = tracker.observation()
         if seen.restarts:
             return f"rank {seen.rank} restarted {seen.reason}"
@@ -293,7 +323,8 @@ def find_regression(
         counted = [getattr(s, counter) for s in samples if getattr(s, counter) is not None]
         if len(counted) >= 2 and counted[-1] - counted[0] > promote.max_new_errors:
             return f"{counted[-1] - counted[0]:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
-    rated = [s for s in samples if s.verify_steps_total is not None]
+    recent = _recent(samples, max(RECENT_WINDOW_S, 3 * promote.probe_interval_s))
+    rated = [s for s in recent if s.verify_steps_total is not None]
     base_rate = base.get("verify_rate")
     if base_rate and len(rated) >= 3 and rated[-1].at > rated[0].at:
         rate = (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
@@ -302,7 +333,7 @@ def find_regression(
                 f"verify steps/s fell to {rate:.2f} "
                 f"(< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
             )
-    accepts = [s.accept_length for s in samples if s.accept_length is not None]
+    accepts = [s.accept_length for s in recent if s.accept_length is not None]
     base_accept = base.get("accept_length")
     if base_accept and accepts:
         mean = sum(accepts) / len(accepts)
@@ -312,3 +343,8 @@ def find_regression(
                 f"baseline {base_accept:.2f})"
             )
     return None
+
+
+def _recent(samples: list[ServerSample], window_s: float) -> list[ServerSample]:
+    """The samples of the last `window_s` seconds (all of them while the watch is younger than that)."""
+    return [s for s in samples if s.at >= samples[-1].at - window_s] if samples else []

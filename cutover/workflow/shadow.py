@@ -146,7 +146,7 @@ def _preflight(links: list[HostLink]) -> str:
 
 
 @contextlib.contextmanager
-def _sigint_deferred():
+def sigint_deferred():
     """Let the cleanup that returns hosts to Triton finish even if Ctrl-C is pressed again."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -189,18 +189,18 @@ class _ShadowRun:
                 self.load = LoadDriver(self.options.load, [link.host for link in self.links]).start()
             self._loop()
         except _Breach as breach:
-            with _sigint_deferred():
+            with sigint_deferred():
                 return self._finish("failed", breach.reasons, rolled_back=self._roll_back(breach.reasons))
         except KeyboardInterrupt:
-            with _sigint_deferred():
+            with sigint_deferred():
                 return self._finish("aborted", ["stopped by the operator (Ctrl-C) before the end of the run"])
         except BaseException as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            with _sigint_deferred():
+            with sigint_deferred():
                 self._roll_back([f"shadow run interrupted: {reason}"])
                 self._record("failed", [f"shadow run interrupted: {reason}"], None)
             raise
-        with _sigint_deferred():
+        with sigint_deferred():
             return self._finish_normally()
 
     def _start(self) -> None:

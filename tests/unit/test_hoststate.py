@@ -51,7 +51,8 @@ def test_renew_lease_refuses_when_someone_changed_the_generation(local_inventory
     renewed = state.renew_lease(armed.generation, ttl_s=100)
     assert renewed.lease_expires_at > armed.lease_expires_at and renewed.generation == armed.generation
     state.set_mode("triton", reason="someone rolled back")
-    with pytest.raises(HostError, match=f"control generation is {armed.generation + 1}, not {armed.generation}"):
+    with pytest.raises(HostError, match=f"control generation is {armed.generation + 1} \\(triton, set by "
+                                        f"alice@test\\), not {armed.generation}: someone else changed the mode"):
         state.renew_lease(armed.generation, ttl_s=100)
 
 
