@@ -155,6 +155,7 @@ class RankObservation:
     mode_active: str | None
     restarts: int = 0
     reason: str = ""
+    stats_write_errors: int = 0  # stats lines the rank could not write during the run
 
 
 @dataclass
@@ -247,6 +248,12 @@ def _rank_gates(policy: ShadowPolicy, rank: RankObservation, expected_mode: str)
                 f"(allowed {policy.max_unclean_restarts}) {rank.reason}".rstrip(),
                 **where,
             )
+        )
+    if rank.stats_write_errors:
+        failed.append(
+            GateResult("stats", False, f"{label}: {rank.stats_write_errors} stats line(s) could not be written "
+                       "on the host (a full or failing disk under the state dir?): the divergence record of the "
+                       "run may be incomplete", **where)
         )
     if rank.mode_active is not None and rank.mode_active != expected_mode:
         why = f": {rank.reason}" if rank.reason else ""
@@ -391,6 +398,7 @@ def _passed_descriptions(policy: ShadowPolicy, summary: StatsSummary, final: boo
         "silence": f"every rank heartbeating within {policy.max_silence_s:g} s",
         "restart": f"restarts <= {policy.max_unclean_restarts}",
         "mode": "every rank running the requested mode",
+        "stats": "every rank wrote every stats line",
     }
     if final:
         texts["rel_l2_p99"] = f"every layer's relative L2 p99 <= {policy.rel_l2_p99:.3g}"

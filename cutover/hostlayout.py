@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -152,6 +153,10 @@ class ControlRecord:
             raise ValueError(f"control generation {self.generation!r} must be a non-negative integer")
         if not isinstance(self.sample_rate, int) or self.sample_rate < 1:
             raise ValueError(f"control sample_rate {self.sample_rate!r} must be an integer >= 1")
+        lease = self.lease_expires_at
+        if lease is not None and (isinstance(lease, bool) or not isinstance(lease, (int, float))
+                                  or not math.isfinite(lease)):
+            raise ValueError(f"control lease_expires_at {lease!r} must be a finite UNIX time or null")
 
     def lease_expired(self, now: float | None = None) -> bool:
         return self.lease_expires_at is not None and (now or time.time()) >= self.lease_expires_at

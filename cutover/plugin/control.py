@@ -148,10 +148,12 @@ def unclean_exit_state(marker: dict | None) -> ControlState:
 
 class ControlLoop:
     """Daemon thread: poll, apply, drain, heartbeat. ``apply(mode, sample_rate, new_generation)`` switches
-    the device; ``tick(decision, now)`` drains stats and writes the heartbeat."""
+    the device; ``tick(decision, now)`` drains stats and writes the heartbeat; ``prepare_thread()`` runs in
+    the thread first (a failure there leaves the rank on Triton, logged, with no heartbeat)."""
 
     def __init__(self, paths: HostPaths, rank: int, apply: Callable[[Decision, bool], None],
-                 tick: Callable[[ControlState, Decision], None], poll_s: float = POLL_INTERVAL_S):
+                 tick: Callable[[ControlState, Decision], None], poll_s: float = POLL_INTERVAL_S,
+                 prepare_thread: Callable[[], None] = lambda: None):
         self.paths = paths
         self.rank = rank
         self.marker = ArmedMarker(paths, rank)
@@ -159,6 +161,7 @@ class ControlLoop:
         self.state = unclean_exit_state(self.startup_marker)
         self._apply = apply
         self._tick = tick
+        self._prepare_thread = prepare_thread  # run in the control thread before its first poll
         self.poll_s = poll_s
         self.mode_active = "triton"
         self.sample_rate = 1
@@ -194,6 +197,12 @@ class ControlLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._prepare_thread()
+        except Exception as exc:  # noqa: BLE001 - the thread must not touch the device unprepared
+            log.error("cutover: rank %s: control thread not started, the rank stays on Triton without "
+                      "heartbeats: %s: %s", self.rank, type(exc).__name__, exc)
+            return
         last_failure = ""
         while not self._stop.is_set():
             try:

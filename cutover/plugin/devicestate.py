@@ -11,10 +11,16 @@ Per layer (row ``l``), preallocated once for ``MAX_LAYERS`` layers:
 
 Only the control thread changes ``gate[:, 0:2]``, with a copy on a side stream (CUDA) followed by a sync of
 that side stream, never of the compute stream. The hot path only reads and bumps these tensors in place.
+
+The control thread runs while SGLang captures its CUDA graphs, in torch's default "global" capture mode, in which
+CUDA refuses a synchronizing call from any other thread and invalidates the capture. So the control thread puts
+itself in thread-local capture mode first (`isolate_from_other_threads_captures`): its side-stream copies and
+syncs touch no captured stream, and only its own captures (it makes none) would restrict it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import torch
@@ -37,6 +43,23 @@ REL_L2_MAX, MAX_ABS = _lib.COUNTER_REL_L2_MAX, _lib.COUNTER_MAX_ABS
 HIST = _lib.COUNTER_HIST
 HIST_BINS = len(REL_L2_BIN_EDGES) + 1
 COUNTER_WIDTH = HIST + HIST_BINS
+
+
+CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # CUstreamCaptureMode (cuda.h): GLOBAL 0, THREAD_LOCAL 1, RELAXED 2
+
+
+def isolate_from_other_threads_captures() -> None:
+    """Put the calling thread in thread-local stream capture mode (the driver's
+    cuThreadExchangeStreamCaptureMode, per thread), so another thread's graph capture in global mode neither
+    refuses this thread's synchronizing calls nor is invalidated by them. Raises RuntimeError if it cannot."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise RuntimeError(f"the CUDA driver library cannot be opened: {exc}") from exc
+    mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    result = driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+    if result != 0:
+        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode returned CUresult {result}")
 
 
 def nonfinite_custom(counters: torch.Tensor) -> torch.Tensor:

@@ -52,29 +52,6 @@ def _is_capturing(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-class ScratchBuffers:
-    """Grow-only device buffers for the gated qo_indptr and the shadow output; views per call.
-
-    A bigger request allocates a new buffer and retires (keeps) the old one, because graphs captured earlier
-    still point into it. SGLang captures its largest batch first, so in practice this allocates once.
-    """
-
-    def __init__(self):
-        self._current: dict[tuple, torch.Tensor] = {}
-        self._retired: list[torch.Tensor] = []
-
-    def like(self, kind: str, tensor: torch.Tensor) -> torch.Tensor:
-        key = (kind, tensor.dtype, tensor.device)
-        buffer = self._current.get(key)
-        count = tensor.numel()
-        if buffer is None or buffer.numel() < count:
-            if buffer is not None:
-                self._retired.append(buffer)
-            buffer = torch.empty(max(count, 1), dtype=tensor.dtype, device=tensor.device)
-            self._current[key] = buffer
-        return buffer[:count].view(tensor.shape)
-
-
 class VerifyDispatcher:
     """Callable stand-in for ``extend_attention_fwd`` on one backend; see the module docstring."""
 
@@ -114,5 +91,9 @@ class VerifyDispatcher:
         result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
         kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges, slots.epilogue_workspace)
         if runtime.control.mode_active == "shadow" and not _is_capturing(o):
-            runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
+            try:
+                runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
+            except Exception as exc:  # noqa: BLE001 - the truth anchor never fails a served step
+                runtime.audit.errors += 1
+                runtime.note_problem(f"truth-anchor snapshot failed: {type(exc).__name__}: {exc}")
         return result

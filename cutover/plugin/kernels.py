@@ -20,6 +20,7 @@ import os
 
 import torch
 
+from cutover.plugin.buffers import GrowOnlyBuffers
 from cutover.plugin.devicestate import torch_gate, torch_shadow_epilogue
 
 CUDA_LABEL = "cuda"
@@ -47,21 +48,14 @@ class CudaKernels:
         self._workspace_bytes = kernel_ext_module.workspace_bytes
         self._fused_gate = getattr(kernel_ext_module, "verify_gate", None)
         self._fused_epilogue = kernel_ext_module.shadow_accumulate
-        self._workspace: dict[torch.device, torch.Tensor] = {}
-        self._retired: list[torch.Tensor] = []  # graphs captured earlier still point into these
+        self.workspaces = GrowOnlyBuffers()
 
     def _workspace_for(self, args) -> torch.Tensor:
         """A preallocated workspace big enough for this call (grow-only; both launches of a call share it)."""
         q, qo_indptr, max_len = args[0], args[QO_INDPTR_INDEX], args[12]
         index = q.device.index if q.device.index is not None or not q.is_cuda else torch.cuda.current_device()
         need = self._workspace_bytes(qo_indptr.numel() - 1, q.shape[1], int(max_len), index)
-        current = self._workspace.get(q.device)
-        if current is None or current.numel() < need:
-            if current is not None:
-                self._retired.append(current)
-            current = torch.empty(max(need, 1), dtype=torch.uint8, device=q.device)
-            self._workspace[q.device] = current
-        return current
+        return self.workspaces.get(("workspace", q.device), need, torch.uint8, q.device)
 
     def gate(self, gate_row, qo_indptr, qo_indptr_gated, enable) -> None:
         if self._fused_gate is not None:

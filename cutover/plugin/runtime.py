@@ -14,8 +14,9 @@ from cutover.hostlayout import Heartbeat, HostPaths, atomic_write_text
 from cutover.plugin.audit import Audit
 from cutover.plugin.captures import CaptureStore
 from cutover.plugin.control import ControlLoop, ControlState, Decision
-from cutover.plugin.devicestate import DeviceState
-from cutover.plugin.dispatch import ScratchBuffers, VerifyDispatcher
+from cutover.plugin.devicestate import DeviceState, isolate_from_other_threads_captures
+from cutover.plugin.buffers import GrowOnlyBuffers
+from cutover.plugin.dispatch import VerifyDispatcher
 from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
 from cutover.plugin.stats import StatsDrain
 
@@ -56,13 +57,15 @@ class PluginRuntime:
                                                            else REFERENCE_LABEL)
         self.active = kernels is not None
         self.state = DeviceState(self.device) if self.active else None
-        self.buffers = ScratchBuffers()
+        self.buffers = GrowOnlyBuffers()
         self.audit = Audit(CaptureStore(paths.captures, rank), rank, self.kernel_label, self.release_id,
                            interval_s=audit_interval_s)
         self.stats = StatsDrain(paths.stats_file(rank), rank)
         self.problems: dict[str, int] = {}
         self.fallback_shapes: set[tuple] = set()
         loop_args = {} if poll_s is None else {"poll_s": poll_s}
+        if self.state is not None and self.device.type == "cuda":
+            loop_args["prepare_thread"] = isolate_from_other_threads_captures  # SGLang captures meanwhile
         self.control = ControlLoop(paths, rank, self._apply, self._tick, **loop_args)
         self.control.state.unavailable = self.unavailable
         self._next_drain = 0.0
@@ -108,7 +111,10 @@ class PluginRuntime:
 
     def _apply(self, decision: Decision, new_generation: bool) -> None:
         if new_generation and self.state is not None:
-            self.drain(write=True)  # close the old generation's interval before its counters reset
+            try:
+                self.drain(write=True)  # close the old generation's interval before its counters reset
+            except OSError as exc:  # the switch goes on: a full disk must never hold a rank in its old mode
+                self.note_problem(f"the old generation's last stats line was lost: {exc}")
         if self.state is not None:
             self.state.set_mode(decision.mode, decision.sample_rate, reset_counters=new_generation)
             if new_generation:
@@ -123,7 +129,10 @@ class PluginRuntime:
             idle_line = now >= self._next_idle_line
             if idle_line:
                 self._next_idle_line = now + IDLE_STATS_INTERVAL_S
-            self.drain(write=self.control.mode_active == "shadow" or idle_line)
+            try:
+                self.drain(write=self.control.mode_active == "shadow" or idle_line)
+            except OSError as exc:  # the next line covers the interval; the heartbeat says lines failed
+                self.note_problem(f"a stats line could not be written: {exc}")
         self._write_heartbeat(state, decision)
 
     def drain(self, write: bool) -> None:
@@ -142,6 +151,7 @@ class PluginRuntime:
         counters.update(
             fallback_shapes=len(self.fallback_shapes), errors=len(self.problems),  # distinct problems
             captures=self.audit.store.saved, audit_errors=self.audit.errors,
+            stats_write_errors=self.stats.write_errors,
             unclean_restart=int(state.refuse_up_to is not None), stopped=int(stopped),
         )
         return Heartbeat(

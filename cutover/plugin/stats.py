@@ -42,17 +42,25 @@ class StatsDrain:
         self.totals = {"verify_calls": 0, "verify_steps": 0, "compared": 0, "nonfinite_custom": 0,
                        "nonfinite_stock": 0}
         self.last_verify_at: float | None = None
+        self.write_errors = 0  # stats lines that could not be appended (heartbeat counter stats_write_errors)
+        self._pending_truth: list[dict] = []  # truth samples of lines not written yet
 
     def reset(self, counters: torch.Tensor) -> None:
-        """The device counters were zeroed (new generation): ``counters`` is their new baseline."""
+        """The device counters were zeroed (new generation): ``counters`` is their new baseline. Truth samples
+        of the old generation that no line took are dropped with it."""
         self._totals_before = counters.clone()
         self._line_before = counters.clone()
         self._last_at = time.time()
+        self._pending_truth = []
 
     def drain(self, counters: torch.Tensor, *, mode: str, generation: int, release_id: str | None,
               kernel: str, truth: list[dict], write: bool) -> dict | None:
         """Fold a counters copy into the totals; when ``write`` (or truth samples wait) append a stats line
-        covering everything since the previous line, and return it."""
+        covering everything since the previous line written, and return it. A line that cannot be appended
+        is counted in ``write_errors`` and raised (OSError); its interval and truth samples go into the next
+        line, so nothing is lost while the generation lasts."""
+        truth = self._pending_truth + truth
+        self._pending_truth = []
         now = time.time()
         delta = counters - (self._totals_before if self._totals_before is not None else 0)
         self._totals_before = counters
@@ -74,9 +82,14 @@ class StatsDrain:
             "layers": {str(layer): layer_record(counters[layer], before[layer]) for layer in active},
             "truth": truth,
         }
-        self._line_before = counters
-        self._last_at = now
         if not active and not truth:
+            self._line_before, self._last_at = counters, now
             return None
-        append_jsonl(self.path, record)
+        try:
+            append_jsonl(self.path, record)
+        except OSError:
+            self.write_errors += 1
+            self._pending_truth = truth
+            raise
+        self._line_before, self._last_at = counters, now
         return record

@@ -104,11 +104,14 @@ class RankTracker:
     reason: str = ""
     kernel: str = ""
     counters: dict = field(default_factory=dict)
+    stats_write_errors_at_start: int = 0
 
     def update(self, view: RankView) -> None:
         beat = view.heartbeat
         if beat is None:
             return
+        if self.last_written_at is None:  # the first heartbeat seen: what the rank had counted before the run
+            self.stats_write_errors_at_start = int((beat.counters or {}).get("stats_write_errors", 0))
         if beat.written_at != self.last_written_at:
             self.last_written_at = beat.written_at
             self.changed_at = time.monotonic()
@@ -129,7 +132,13 @@ class RankTracker:
         why = self.reason
         if self.restarts:
             why = f"(pid {self.armed_pid} -> {self.pid}) {why}".strip()
-        return RankObservation(self.host, self.rank, age, self.mode_active, self.restarts, why)
+        return RankObservation(self.host, self.rank, age, self.mode_active, self.restarts, why,
+                               self.stats_write_errors)
+
+    @property
+    def stats_write_errors(self) -> int:
+        """Stats lines the rank could not write since it was armed (heartbeat counter stats_write_errors)."""
+        return max(0, int(self.counters.get("stats_write_errors", 0)) - self.stats_write_errors_at_start)
 
 
 def with_heartbeat_counters(sample: ServerSample, trackers: list[RankTracker]) -> ServerSample:

@@ -176,6 +176,32 @@ def test_silent_missing_restarted_and_wrong_mode_ranks():
     assert "lease expired" in next(r.detail for r in verdict.failures if r.gate == "mode")
 
 
+def test_a_rank_that_could_not_write_stats_lines_fails_the_run():
+    """Its divergence record may be incomplete: a missing line may have held the worst value."""
+    ranks = healthy_ranks()
+    ranks[1].stats_write_errors = 2
+    verdict = evaluate_shadow(POLICY, clean_run(), ranks, 1.0, final=False)
+    [failure] = verdict.failures
+    assert (failure.gate, failure.rank) == ("stats", 1)
+    assert "2 stats line(s) could not be written" in failure.detail
+
+
+def test_stats_write_errors_count_from_the_arming_heartbeat():
+    from cutover.hostlayout import Heartbeat
+    from cutover.hoststate import RankView
+    from cutover.workflow.observe import trackers_from_ack
+
+    def view(errors: int, written_at: float) -> RankView:
+        beat = Heartbeat(rank=0, pid=7, host="h1", mode_active="shadow", generation_seen=3, release_id="r",
+                         kernel="cuda", counters={"stats_write_errors": errors}, written_at=written_at)
+        return RankView(0, beat, 0.1, True)
+
+    [tracker] = trackers_from_ack("h1", [view(5, 1.0)])  # five failures before this run: not its own
+    assert tracker.observation().stats_write_errors == 0
+    tracker.update(view(6, 2.0))
+    assert tracker.observation().stats_write_errors == 1
+
+
 def test_records_of_other_runs_are_ignored():
     summary = summary_of(
         record({"0": layer([0.9])}, generation=2),

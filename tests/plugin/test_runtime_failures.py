@@ -1,0 +1,99 @@
+"""What a rank does when something around the kernel fails: a stats file it cannot write never holds it in its old
+mode and loses no interval; a truth-anchor snapshot that fails never fails the served step; a control file whose
+lease is not a time is corrupt; outgrown buffers that no graph captured are freed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import pytest
+import torch
+
+from cutover.hostlayout import ControlRecord, atomic_write_text, read_heartbeat
+from cutover.plugin import audit as audit_module
+from cutover.plugin import devicestate
+from cutover.plugin.buffers import GrowOnlyBuffers
+from cutover.plugin.control import read_control
+from cutover.plugin.dispatch import verify_site
+from kernel_ext.reference import reference_extend_attention_fwd
+from kernel_ext.testing import make_verify_batch
+
+
+def test_a_stats_file_that_cannot_be_written_does_not_hold_the_rank_in_custom(runtime, paths, write_control):
+    write_control("custom", 1, lease_s=None)  # promoted: no lease would ever return it to triton
+    runtime.control.poll_once()
+    os.makedirs(paths.stats_file(0))  # the stats file cannot be appended to (as on a full or failing disk)
+    runtime.state.counters[0, devicestate.CALLS] += 3  # traffic since the last drain: the switch must write it
+    write_control("triton", 2, lease_s=None)  # cutover rollback
+
+    runtime.control.poll_once()
+
+    assert int(runtime.state.gate[0, 0]) == devicestate.MODE_CODES["triton"]
+    beat = read_heartbeat(paths.heartbeat(0))
+    assert (beat.mode_active, beat.generation_seen) == ("triton", 2)
+    assert beat.counters["stats_write_errors"] >= 1
+
+
+def test_a_stats_line_that_failed_is_carried_into_the_next(runtime, paths, write_control):
+    write_control("shadow", 1)
+    runtime.control.poll_once()
+    layer = runtime.state.counters[4]
+    layer[devicestate.CALLS] += 10
+    layer[devicestate.COMPARED] += 10
+    layer[devicestate.SAMPLE_BAD_SCRATCH] += 1  # one non-finite output of our kernel in this interval
+    os.makedirs(paths.stats_file(0))
+    with pytest.raises(OSError):
+        runtime.drain(write=True)
+    os.rmdir(paths.stats_file(0))  # the disk recovers
+    layer[devicestate.CALLS] += 10
+    layer[devicestate.COMPARED] += 10
+
+    runtime.drain(write=True)
+
+    [line] = [json.loads(text) for text in open(paths.stats_file(0))]
+    assert (line["layers"]["4"]["compared"], line["layers"]["4"]["nonfinite_custom"]) == (20, 1)
+    assert runtime.stats.write_errors == 1
+
+
+def test_a_failed_truth_snapshot_never_fails_the_served_step(runtime, write_control, monkeypatch):
+    write_control("shadow", 1)
+    runtime.control.poll_once()
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+
+    monkeypatch.setattr(audit_module, "snapshot_call", out_of_memory)
+    batch = make_verify_batch(8, 8, 2, [30, 55], seed=0)
+    expected = batch.fresh_output()
+    reference_extend_attention_fwd(*batch.args(expected))
+
+    with verify_site(3):
+        runtime.wrap(reference_extend_attention_fwd)(*batch.args(batch.o))
+
+    assert torch.equal(batch.o, expected)  # SGLang's output, served
+    assert runtime.audit.errors == 1 and any("truth-anchor snapshot failed" in p for p in runtime.problems)
+
+
+@pytest.mark.parametrize("lease", ["soon", math.nan, math.inf, True])
+def test_a_lease_that_is_not_a_finite_time_makes_the_control_file_corrupt(paths, runtime, lease):
+    text = json.dumps({"mode": "custom", "generation": 2, "lease_expires_at": lease})
+    atomic_write_text(paths.control, text)
+    record, problem = read_control(paths.control)
+    assert record is None and "lease_expires_at" in problem and "finite UNIX time" in problem
+    assert runtime.control.poll_once().mode == "triton"
+
+
+def test_a_finite_lease_is_accepted():
+    record = ControlRecord(mode="shadow", generation=1, lease_expires_at=time.time() + 60)
+    assert ControlRecord.from_json(record.to_json()) == record
+
+
+def test_outgrown_buffers_no_graph_captured_are_freed():
+    buffers = GrowOnlyBuffers()
+    for batch in range(1, 65):  # eager calls, each the largest so far
+        view = buffers.like("o", torch.empty(batch, 8, 512))
+        assert view.shape == (batch, 8, 512)
+    assert buffers.held_bytes == 64 * 8 * 512 * 4  # only the current buffer
