@@ -8,10 +8,10 @@ Rules (docs/plugin.md, "Control protocol"):
   that generation: re-arming needs a newer generation (an explicit operator action), so a lease that comes
   back to life, or a file that reappears, never silently re-arms a rank.
 * Crash containment: arming shadow/custom writes runtime/armed-rank-<r>.json first; going back to triton
-  and a clean process exit remove it. A process that starts and finds the marker comes up in triton, says
-  why in the heartbeat (reason + counters["unclean_restart"] = 1), and refuses any generation up to the
-  armed one. A newer generation re-arms (the operator asked again after the crash); deleting the marker by
-  hand has the same effect on the next start.
+  and an orderly stop (PluginRuntime.stop; not interpreter exit alone) remove it. A process that starts and
+  finds the marker comes up in triton, says why in the heartbeat (reason + counters["unclean_restart"] = 1),
+  and refuses any generation up to the armed one. A newer generation re-arms (the operator asked again after
+  the crash); deleting the marker by hand has the same effect on the next start.
 """
 
 from __future__ import annotations

@@ -95,17 +95,21 @@ class PluginRuntime:
             return
         self._started = True
         self.control.start()
-        atexit.register(self.stop)
+        atexit.register(self.stop, orderly=False)
 
-    def stop(self) -> None:
-        """Clean exit: back to triton, marker removed, last stats and heartbeat written."""
+    def stop(self, orderly: bool = True) -> None:
+        """Stop: last stats and heartbeat written. An orderly stop (an explicit call: the sandbox's SIGTERM, a
+        test) also goes back to triton and removes the armed marker. Reaching interpreter exit without one
+        (atexit) is not orderly: SGLang's scheduler returns normally after an exception it caught, so the marker
+        stays and the next process comes up on Triton until a newer generation, as after a SIGKILL."""
         if not self._started:
             return
         self._started = False
+        why = "process exited" if orderly else "process exited without an orderly stop; armed marker kept"
         try:
-            self.control.stop(clean=True)
+            self.control.stop(clean=orderly)
             self.drain(write=True)
-            self._write_heartbeat(self.control.state, Decision("triton", 1, "process exited"), stopped=True)
+            self._write_heartbeat(self.control.state, Decision(self.control.mode_active, 1, why), stopped=True)
         except Exception as exc:  # noqa: BLE001 - at exit: the armed marker (if any) stays, the safe side
             log.warning("cutover: rank %s did not stop cleanly: %s: %s", self.rank, type(exc).__name__, exc)
 

@@ -97,3 +97,41 @@ def test_outgrown_buffers_no_graph_captured_are_freed():
         view = buffers.like("o", torch.empty(batch, 8, 512))
         assert view.shape == (batch, 8, 512)
     assert buffers.held_bytes == 64 * 8 * 512 * 4  # only the current buffer
+
+
+CRASHING_SCHEDULER = """
+import sys, time, traceback
+from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.plugin.runtime import PluginRuntime
+paths = HostPaths(sys.argv[1], sys.argv[2])
+atomic_write_text(paths.control, ControlRecord(mode="custom", generation=3).to_json())  # promoted: no lease
+runtime = PluginRuntime(paths, 0, "cpu", poll_s=0.02)
+runtime.start()
+while runtime.control.mode_active != "custom":
+    time.sleep(0.02)
+try:  # SGLang's run_scheduler_process: log the exception, signal the parent, return normally
+    raise RuntimeError("forward pass failed")
+except RuntimeError:
+    traceback.print_exc()
+"""
+
+
+def test_a_scheduler_that_dies_of_an_exception_leaves_the_armed_marker(paths):
+    import subprocess
+    import sys
+
+    finished = subprocess.run([sys.executable, "-c", CRASHING_SCHEDULER, paths.cutover_root, paths.state_dir],
+                              capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0 and "forward pass failed" in finished.stderr
+    assert os.path.exists(paths.armed_marker(0))
+    beat = read_heartbeat(paths.heartbeat(0))
+    assert beat.counters["stopped"] == 1 and "without an orderly stop" in beat.reason
+
+    from cutover.plugin.runtime import PluginRuntime
+
+    restarted = PluginRuntime(paths, 0, "cpu")
+    try:
+        decision = restarted.control.poll_once()
+        assert decision.mode == "triton" and "exited uncleanly while armed in custom" in decision.reason
+    finally:
+        restarted.control.stop(clean=True)
