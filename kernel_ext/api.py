@@ -171,9 +171,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want} from q_extend {tuple(q_extend.shape)}")
     if o_alt is not None and o_alt.shape != o_extend.shape:
         raise ValueError(f"o_alt has shape {tuple(o_alt.shape)}, expected o_extend's {tuple(o_extend.shape)}")
-    batch = qo_indptr.numel() - 1
-    if batch < 1:
-        raise ValueError(f"qo_indptr must have batch+1 >= 2 elements, got {qo_indptr.numel()}")
+    batch = qo_indptr.numel() - 1  # >= 1: unserved_feature declined empty calls
     if kv_indptr.numel() != batch + 1:
         raise ValueError(f"kv_indptr has {kv_indptr.numel()} elements, expected batch+1 = {batch + 1}")
     if custom_mask is not None and mask_indptr.numel() < batch + 1:

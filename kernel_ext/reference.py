@@ -409,6 +409,10 @@ def unserved_feature(
     if v_extend.shape[1:] != (1, MLA_V_DIM):
         return f"not absorbed MLA: v_extend {tuple(v_extend.shape)}"
     batch = qo_indptr.numel() - 1
+    if batch < 1:
+        return "no requests in the call"
+    if custom_mask is not None and custom_mask.numel() == 0:
+        return "an empty custom_mask (its data pointer is null)"
     if q_extend.shape[0] != batch * max_len_extend:
         return (
             f"draft lengths differ between requests: {q_extend.shape[0]} rows for {batch} x {max_len_extend}"

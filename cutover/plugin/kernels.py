@@ -22,6 +22,7 @@ import torch
 
 from cutover.plugin.buffers import GrowOnlyBuffers
 from cutover.plugin.devicestate import torch_gate, torch_shadow_epilogue
+from kernel_ext._lib import KernelCallError
 
 CUDA_LABEL = "cuda"
 REFERENCE_LABEL = "reference (no GPU)"
@@ -64,10 +65,14 @@ class CudaKernels:
             torch_gate(gate_row, qo_indptr, qo_indptr_gated, enable)
 
     def custom(self, args, kwargs, o, scratch, enable) -> bool:
+        try:
+            workspace = self._workspace_for(args)
+        except KernelCallError:
+            return False  # the plan does not serve these shapes (e.g. more than 64 draft tokens): Triton does
         # early start: the dispatcher launches the gate right before this call, and the gate writes none of the
         # index tensors the kernel plans from while the gate runs (kernel_ext.api.verify_attention)
         return bool(self._verify_attention(*replace_arg(args, O_INDEX, o), enable=enable, o_alt=scratch,
-                                           workspace=self._workspace_for(args), early_start=True, **kwargs))
+                                           workspace=workspace, early_start=True, **kwargs))
 
     def epilogue(self, o, scratch, enable, counters, bin_edges, workspace) -> None:
         self._fused_epilogue(o, scratch, enable, counters, bin_edges, workspace)
@@ -144,8 +149,8 @@ def select_kernels(device: torch.device, release_dir: str | None):
     except ImportError as exc:
         raise KernelUnavailable(f"kernel library not importable: {exc}") from exc
     library = os.path.join(release_dir, KERNEL_LIBRARY) if release_dir else None
-    if library and not os.path.exists(library):
-        library = None
+    if library and not os.path.exists(library):  # never another build under this release's name
+        raise KernelUnavailable(f"release {os.path.basename(release_dir)} has no {KERNEL_LIBRARY}: restage it")
     try:
         from kernel_ext import _lib
 

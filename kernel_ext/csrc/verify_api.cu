@@ -45,6 +45,7 @@ struct DeviceInfo {
   int smem_optin = 0;
   int large_blocks_per_sm = 0;
   int small_blocks_per_sm = 0;
+  bool large_tiles = false;  // enough shared memory, and the large-tile body is compiled for the arch (below 12.0)
   bool wgmma = false;  // Hopper (sm_90): the wgmma main kernel of the sm_90a image serves
 };
 DeviceInfo g_devices[kMaxDevices];
@@ -80,8 +81,14 @@ int device_info(int device, const DeviceInfo** out) {
     if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
     CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                        "cudaDeviceGetAttribute(shared memory per block)");
+    int major = 0;
+    CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                       "cudaDeviceGetAttribute(compute capability)");
     int rc = CUTOVER_OK, dummy = 0;
-    if (d.smem_optin >= LargeTiles::SMEM_BYTES) {
+    // verify_main_kernel compiles the large-tile body out for __CUDA_ARCH__ >= 1200 (verify_kernels.cuh): on
+    // such a device they would launch and return at once, whatever its shared memory
+    d.large_tiles = major < 12 && d.smem_optin >= LargeTiles::SMEM_BYTES;
+    if (d.large_tiles) {
       if ((rc = prepare_main_kernel<LargeTiles, int>(&d.large_blocks_per_sm)) != CUTOVER_OK) return rc;
       if ((rc = prepare_main_kernel<LargeTiles, long long>(&dummy)) != CUTOVER_OK) return rc;
     }
@@ -89,9 +96,6 @@ int device_info(int device, const DeviceInfo** out) {
       if ((rc = prepare_main_kernel<SmallTiles, int>(&d.small_blocks_per_sm)) != CUTOVER_OK) return rc;
       if ((rc = prepare_main_kernel<SmallTiles, long long>(&dummy)) != CUTOVER_OK) return rc;
     }
-    int major = 0;
-    CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                       "cudaDeviceGetAttribute(compute capability)");
     if (major == 9 && d.smem_optin >= WgmmaTiles::SMEM_BYTES) {
       if ((rc = prepare_wgmma_kernel<int, 1>()) != CUTOVER_OK) return rc;
       if ((rc = prepare_wgmma_kernel<long long, 1>()) != CUTOVER_OK) return rc;
@@ -132,11 +136,12 @@ int make_plan(int32_t batch, int32_t heads, int32_t max_extend, int32_t num_sms,
   const DeviceInfo* d = nullptr;
   int rc = device_info(device, &d);
   if (rc != CUTOVER_OK) return rc;
-  if (config == 0) config = d->wgmma ? 3 : (d->smem_optin >= LargeTiles::SMEM_BYTES ? 1 : 2);
+  if (config == 0) config = d->wgmma ? 3 : (d->large_tiles ? 1 : 2);
   if (config == 3 && !d->wgmma)
     return fail(CUTOVER_ERR_UNSUPPORTED, "the wgmma kernel (config 3) runs on sm_90 devices only");
-  if (config == 1 && d->smem_optin < LargeTiles::SMEM_BYTES)
-    return fail(CUTOVER_ERR_UNSUPPORTED, "large tiles need %d bytes of shared memory per block, device has %d",
+  if (config == 1 && !d->large_tiles)
+    return fail(CUTOVER_ERR_UNSUPPORTED, "large tiles need %d bytes of shared memory per block (device has %d) "
+                "and a compute capability below 12.0 (their body is not compiled for 12.x)",
                 LargeTiles::SMEM_BYTES, d->smem_optin);
   if (config == 2 && d->smem_optin < SmallTiles::SMEM_BYTES)
     return fail(CUTOVER_ERR_UNSUPPORTED, "small tiles need %d bytes of shared memory per block, device has %d",

@@ -143,6 +143,21 @@ def test_uneven_draft_counts_are_declined(case):
     assert api.verify_attention(*args) is False
 
 
+def test_an_empty_custom_mask_is_declined_not_read_as_no_mask(case):
+    """torch gives an empty tensor a null data pointer, which the library would take for "no mask"."""
+    args = list(case.args())
+    args[9] = case.custom_mask[:0]
+    assert api.verify_attention(*args) is False
+
+
+def test_a_call_without_requests_is_declined(case):
+    args = list(case.args())
+    args[0], args[6] = args[0][:0], args[6][:1]  # no query rows, qo_indptr = [0]
+    args[1], args[2], args[3] = args[1][:0], args[2][:0], args[3][:0]
+    args[7] = args[7][:1]
+    assert api.verify_attention(*args) is False
+
+
 def test_shadow_counter_layout_agrees_with_header():
     header = (build.CSRC / "cutover_verify.h").read_text()
     body = header[header.index("enum CutoverShadowCounter {"):]

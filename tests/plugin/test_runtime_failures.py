@@ -135,3 +135,31 @@ def test_a_scheduler_that_dies_of_an_exception_leaves_the_armed_marker(paths):
         assert decision.mode == "triton" and "exited uncleanly while armed in custom" in decision.reason
     finally:
         restarted.control.stop(clean=True)
+
+
+def test_a_release_without_its_library_never_loads_another_build(tmp_path, monkeypatch):
+    from cutover.plugin import kernels
+
+    release = tmp_path / "releases" / "rel-a"
+    release.mkdir(parents=True)
+    (release / "manifest.json").write_text(json.dumps({"archs": ["sm_90a"], "files": {}}))
+    monkeypatch.setattr(kernels, "_cuda_arch_problem", lambda device, release_dir: None)
+    with pytest.raises(kernels.KernelUnavailable, match="release rel-a has no libcutover_verify.so"):
+        kernels.select_kernels(torch.device("cuda", 0), str(release))
+
+
+def test_shapes_the_plan_does_not_serve_fall_back_instead_of_raising():
+    """The workspace is sized before the kernel's own checks; a plan that declines (more than 64 draft tokens)
+    must read as "not served", as the kernel's answer would, not as a raising kernel."""
+    from types import SimpleNamespace
+
+    from cutover.plugin.kernels import CudaKernels
+    from kernel_ext._lib import ERR_UNSUPPORTED, KernelCallError
+
+    def declining_plan(*args):
+        raise KernelCallError(ERR_UNSUPPORTED, "max_extend (draft tokens per request) 65 outside 1..64")
+
+    module = SimpleNamespace(verify_attention=None, workspace_bytes=declining_plan, shadow_accumulate=None)
+    batch = make_verify_batch(8, 8, 2, [30, 55], seed=0)
+    args = batch.args(batch.o)
+    assert CudaKernels(module).custom(args, {}, batch.o, batch.fresh_output(), None) is False
