@@ -84,6 +84,15 @@ def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
                     generation=control.generation if control else None)
     if phase.phase == "promoted":
         if control and control.mode == "custom" and control.lease_expires_at is None and loaded == phase.release_id:
+            off_custom = [v for v in link.call(lambda st: st.ranks()) if v.heartbeat.mode_active != "custom"]
+            if off_custom:  # e.g. a rank restarted after a crash: it refuses the generation it had armed
+                first = off_custom[0]
+                return plan, (
+                    f"host {link.name}: promoted, but rank {first.rank} runs {first.heartbeat.mode_active} "
+                    f"({first.heartbeat.reason or 'no reason given'}): run `cutover rollback` on it, find the cause, "
+                    "then shadow and promote again (`cutover promote --force` after the rollback skips the shadow, "
+                    "journaled)"
+                )
             plan.action = "already promoted"
             return plan, None
     if loaded is None:

@@ -83,9 +83,21 @@ def test_already_promoted_is_a_no_op_plan(tmp_path):
     host = passed_host(tmp_path)
     write_phase(host, "promoted", run_id=RUN)
     write_control(host, mode="custom", generation=5)
+    write_heartbeats(host, mode="custom", generation=5)
     assert plan(host)[0].action == "already promoted"
     write_control(host, mode="custom", generation=5, lease_expires_at=9e9)  # still under its watch lease
     with pytest.raises(PhaseError, match="has not passed shadow"):
+        plan(host)
+
+
+def test_a_promoted_host_whose_ranks_fell_back_is_not_already_promoted(tmp_path):
+    """A rank restarted after a crash refuses the generation it had armed and runs triton: promote says so and
+    what to do, instead of "already promoted: nothing to do"."""
+    host = passed_host(tmp_path)
+    write_phase(host, "promoted", run_id=RUN)
+    write_control(host, mode="custom", generation=5)
+    write_heartbeats(host, mode="triton", generation=5)
+    with pytest.raises(PhaseError, match="host h1: promoted, but rank 0 runs triton .*run `cutover rollback` on it"):
         plan(host)
 
 
