@@ -349,7 +349,7 @@ class HostState:
             if not any(v.fresh for v in views):
                 return AckResult(generation, serving=False, ranks=views)
             behind = [v for v in views if not v.fresh or v.heartbeat.generation_seen < generation
-                      or (mode is not None and v.heartbeat.mode_active != mode)]
+                      or (mode is not None and not v.heartbeat.acknowledges(generation, mode))]
             if not behind:
                 return AckResult(generation, serving=True, ranks=views)
             self._check_generation_kept(generation)

@@ -28,8 +28,8 @@ class GrowOnlyBuffers:
             self._captured.discard(key)
             buffer = torch.empty(max(count, 1), dtype=dtype, device=device)
             self._current[key] = buffer
-        if buffer.is_cuda and torch.cuda.is_current_stream_capturing():
-            self._captured.add(key)
+        if key not in self._captured and buffer.is_cuda and torch.cuda.is_current_stream_capturing():
+            self._captured.add(key)  # once marked, later calls (graph replays run no Python) skip the query
         return buffer
 
     def like(self, kind: str, tensor: torch.Tensor) -> torch.Tensor:

@@ -115,10 +115,7 @@ class PluginRuntime:
 
     def _apply(self, decision: Decision, new_generation: bool) -> None:
         if new_generation and self.state is not None:
-            try:
-                self.drain(write=True)  # close the old generation's interval before its counters reset
-            except OSError as exc:  # the switch goes on: a full disk must never hold a rank in its old mode
-                self.note_problem(f"the old generation's last stats line was lost: {exc}")
+            self._drain_noting_failures(write=True)  # close the old generation's interval before its reset
         if self.state is not None:
             self.state.set_mode(decision.mode, decision.sample_rate, reset_counters=new_generation)
             if new_generation:
@@ -133,11 +130,16 @@ class PluginRuntime:
             idle_line = now >= self._next_idle_line
             if idle_line:
                 self._next_idle_line = now + IDLE_STATS_INTERVAL_S
-            try:
-                self.drain(write=self.control.mode_active == "shadow" or idle_line)
-            except OSError as exc:  # the next line covers the interval; the heartbeat says lines failed
-                self.note_problem(f"a stats line could not be written: {exc}")
+            self._drain_noting_failures(write=self.control.mode_active == "shadow" or idle_line)
         self._write_heartbeat(state, decision)
+
+    def _drain_noting_failures(self, write: bool) -> None:
+        """drain(), where a stats line that cannot be written (a full disk) is noted, never raised: the next
+        line covers its interval, the heartbeat counts it, and a mode switch goes ahead without it."""
+        try:
+            self.drain(write=write)
+        except OSError as exc:
+            self.note_problem(f"a stats line could not be written: {exc}")
 
     def drain(self, write: bool) -> None:
         """Fold the device counters into the totals; append a stats line when ``write``."""
