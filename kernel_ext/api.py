@@ -18,6 +18,7 @@ from .reference import SGLANG_KEYWORD_DEFAULTS, unserved_feature
 DIM_QK, DIM_V = 576, 512
 MAX_DRAFT_TOKENS = 64
 MAX_HEADS = 128
+MAX_POOL_ROWS = 2**31  # row ids up to 2^31 - 1
 INDEX_DTYPES = {torch.int32: _lib.DTYPE_INT32, torch.int64: _lib.DTYPE_INT64}
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 
@@ -118,7 +119,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     # 1. arch
     device = q_extend.device
     if device.type == "cuda":
-        _lib.load_library().check_device(device.index if device.index is not None else torch.cuda.current_device())
+        _lib.load_library().check_device(_device_index(device))
     # 2. dtype
     data = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer")
     for name in data:
@@ -151,6 +152,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
         raise ValueError("mask_indptr must be a contiguous 1-D tensor when custom_mask is given")
     if v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.stride(0) != k_buffer.stride(0):
         return False  # the kernel reads V as the first 512 dims of each K row
+    if k_buffer.shape[0] > MAX_POOL_ROWS:
+        return False  # row ids are 32-bit in the wgmma kernel (a 2.5-TB pool per layer: none exists today)
     if o_alt is not None:
         _require_last_dim_contiguous(o_alt, "o_alt")
     if not all(_vector_friendly(t) for t in [tensors[name] for name in data] + [o_alt] if t is not None):
@@ -193,7 +196,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     if ks is None or vs is None:
         return False
     lib = _lib.load_library()
-    dev_index = device.index if device.index is not None else torch.cuda.current_device()
+    dev_index = _device_index(device)
     num_sms = _sm_count(dev_index)
     need = lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index)
     if workspace is None:
@@ -225,7 +228,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     p.workspace, p.workspace_bytes = workspace.data_ptr(), workspace.numel()
     p.num_sms, p.config = num_sms, TILE_CONFIG
     p.early_start = int(early_start)
-    code = lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream)
+    code = _on_device(device, lambda: lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream))
     if code == _lib.OK:
         return True
     if code == _lib.ERR_UNSUPPORTED:
@@ -234,6 +237,19 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     if code == _lib.ERR_INVALID_ARGUMENT:
         raise ValueError(message)
     raise _lib.KernelCallError(code, message)
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _on_device(device: torch.device, launch):
+    """Run `launch` with `device` current: the C entries plan and launch for the thread's current device, which a
+    caller holding tensors of another device may not have set (torch ops follow their tensors' device)."""
+    if torch.cuda.current_device() == _device_index(device):
+        return launch()
+    with torch.cuda.device(device):
+        return launch()
 
 
 def workspace_bytes(batch: int, num_heads: int, max_len_extend: int, device: int | None = None) -> int:
@@ -267,10 +283,14 @@ def verify_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable) -> None:
         raise ValueError(f"qo_indptr must be int32 or int64, got {qo_indptr.dtype}")
     if qo_indptr_gated.dtype != qo_indptr.dtype or qo_indptr_gated.numel() != qo_indptr.numel():
         raise ValueError("qo_indptr_gated must have qo_indptr's dtype and number of elements")
+    for name, t in (("qo_indptr", qo_indptr), ("qo_indptr_gated", qo_indptr_gated), ("custom_enable", custom_enable)):
+        if t.device != gate_state.device:
+            raise ValueError(f"{name} is on {t.device}; the gate's tensors must all be on {gate_state.device}")
     lib = _lib.load_library()
-    lib.verify_gate(gate_state.data_ptr(), qo_indptr.data_ptr(), qo_indptr_gated.data_ptr(), qo_indptr.numel(),
-                    qo_indptr.dtype == torch.int64, custom_enable.data_ptr(),
-                    torch.cuda.current_stream(gate_state.device).cuda_stream)
+    device = gate_state.device
+    _on_device(device, lambda: lib.verify_gate(
+        gate_state.data_ptr(), qo_indptr.data_ptr(), qo_indptr_gated.data_ptr(), qo_indptr.numel(),
+        qo_indptr.dtype == torch.int64, custom_enable.data_ptr(), torch.cuda.current_stream(device).cuda_stream))
 
 
 def _bf16_rows(t, name: str, like=None):
@@ -311,6 +331,7 @@ def shadow_accumulate(o, scratch, enable, counters, bin_edges, workspace) -> Non
                          f"{_lib.COUNTER_HIST + bin_edges.numel() + 1}")
     if workspace.numel() < _lib.SHADOW_WORKSPACE_BYTES or workspace.data_ptr() % 16:
         raise ValueError(f"workspace must be 16-byte aligned with >= {_lib.SHADOW_WORKSPACE_BYTES} bytes")
-    _lib.load_library().shadow_accumulate(
+    lib = _lib.load_library()
+    _on_device(o.device, lambda: lib.shadow_accumulate(
         o_ptr, s_ptr, o.shape[0], o.shape[1], enable.data_ptr(), counters.data_ptr(), bin_edges.data_ptr(),
-        bin_edges.numel(), workspace.data_ptr(), torch.cuda.current_stream(o.device).cuda_stream)
+        bin_edges.numel(), workspace.data_ptr(), torch.cuda.current_stream(o.device).cuda_stream))

@@ -92,7 +92,8 @@ typedef struct CutoverVerifyParams {
                              and enable[1] != 0 (needs enable); NULL: o only */
   int64_t o_alt_stride_token;
   int64_t o_alt_stride_head;
-  const void* kv_buffer;  /* bf16 [pool, 1, 576]: K rows; V is its first 512 dims (SGLang's v_buffer view) */
+  const void* kv_buffer;  /* bf16 [pool, 1, 576]: K rows; V is its first 512 dims (SGLang's v_buffer view);
+                             pool < 2^31 rows (the wgmma kernel keeps row ids in 32 bits) */
   int64_t kv_buffer_stride_row;
 
   const void* qo_indptr;  /* [B+1], dtype qo_indptr_dtype (INT32 or INT64) */
@@ -141,7 +142,8 @@ CUTOVER_API int cutover_check_device(int device);
 /* Bytes of workspace one call with these shapes needs (host-computable, independent of tensor contents). */
 CUTOVER_API int64_t cutover_workspace_bytes(int32_t batch, int32_t num_heads, int32_t max_extend, int32_t num_sms,
                                 int32_t config, int device);
-/* Enqueue the verify attention on `stream`. No host synchronisation, no allocation: CUDA-graph capturable. */
+/* Enqueue the verify attention on `stream`. No host synchronisation, no allocation: CUDA-graph capturable. It
+ * plans and launches for the calling thread's current device: every pointer and `stream` must belong to it. */
 CUTOVER_API int cutover_verify_attention(const CutoverVerifyParams* params, cudaStream_t stream);
 /* Live-switch gate, one tiny kernel. gate_state: device int32[4] = {mode (0 triton, 1 shadow, 2 custom),
  * sample_every (>= 1), call_counter, reserved}. Increments call_counter; writes

@@ -13,11 +13,13 @@ namespace cutover {
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void grid_dependency_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
-// Launch `kernel(args)` as a programmatic dependent of the previous kernel on the stream: it may start while that
-// kernel finishes and waits for it on the device (grid_dependency_wait). Capturable into CUDA graphs.
+// Launch `kernel(args)` on `stream`, returning this launch's own error (never an earlier one left pending by
+// other code, as cudaGetLastError after <<<>>> could). With `programmatic`, as a programmatic dependent of the
+// previous kernel on the stream: it may start while that kernel finishes and waits for it on the device
+// (grid_dependency_wait). Capturable into CUDA graphs.
 template <typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem, cudaStream_t stream,
-                             Args... args) {
+cudaError_t launch_on_stream(bool programmatic, void (*kernel)(Args...), dim3 grid, int threads, int smem,
+                             cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(threads);
@@ -27,8 +29,15 @@ cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, in
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = programmatic ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// A programmatic dependent launch (launch_on_stream above).
+template <typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem, cudaStream_t stream,
+                             Args... args) {
+  return launch_on_stream(true, kernel, grid, threads, smem, stream, args...);
 }
 
 }  // namespace cutover

@@ -38,6 +38,27 @@ int fail(int code, const char* fmt, ...) {
       return fail(CUTOVER_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorName(err_), cudaGetErrorString(err_)); \
   } while (0)
 
+// Makes a device current for one scope and restores the caller's device on every way out, errors included.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  cudaError_t enter(int device) {
+    int current = 0;
+    cudaError_t err = cudaGetDevice(&current);
+    if (err != cudaSuccess || current == device) return err;
+    if ((err = cudaSetDevice(device)) == cudaSuccess) previous_ = current;
+    return err;
+  }
+
+ private:
+  int previous_ = -1;
+};
+
 constexpr int kMaxDevices = 64;
 
 struct DeviceInfo {
@@ -76,9 +97,8 @@ int device_info(int device, const DeviceInfo** out) {
   std::lock_guard<std::mutex> lock(g_devices_mutex);
   DeviceInfo& d = g_devices[device];
   if (!d.ready) {
-    int current = 0;
-    CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
-    if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
+    ScopedDevice on_device;
+    CUTOVER_CUDA_CHECK(on_device.enter(device), "cudaSetDevice");
     CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                        "cudaDeviceGetAttribute(shared memory per block)");
     int major = 0;
@@ -103,7 +123,6 @@ int device_info(int device, const DeviceInfo** out) {
       if ((rc = prepare_wgmma_kernel<long long, 4>()) != CUTOVER_OK) return rc;
       d.wgmma = true;
     }
-    if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(current), "cudaSetDevice");
     d.ready = true;
   }
   *out = &d;
@@ -229,12 +248,7 @@ int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), cons
                 int idx64, bool early_start, cudaStream_t stream) {
   void (*kernel)(KernelArgs) = idx64 ? kernel64 : kernel32;
   const char* what = p.config == 3 ? "launch of verify_wgmma_kernel" : "launch of verify_main_kernel";
-  if (early_start) {
-    CUTOVER_CUDA_CHECK(launch_dependent(kernel, dim3(p.row_tiles, p.g), p.threads, p.smem, stream, k), what);
-  } else {
-    kernel<<<dim3(p.row_tiles, p.g), p.threads, p.smem, stream>>>(k);
-    CUTOVER_CUDA_CHECK(cudaGetLastError(), what);
-  }
+  CUTOVER_CUDA_CHECK(launch_on_stream(early_start, kernel, dim3(p.row_tiles, p.g), p.threads, p.smem, stream, k), what);
   return CUTOVER_OK;
 }
 
@@ -267,12 +281,10 @@ int cutover_check_device(int device) {
   int major = 0, minor = 0;
   CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
   CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  int current = 0;
-  CUTOVER_CUDA_CHECK(cudaGetDevice(&current), "cudaGetDevice");
-  if (current != device) CUTOVER_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
+  ScopedDevice on_device;
+  CUTOVER_CUDA_CHECK(on_device.enter(device), "cudaSetDevice");
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<CombineTwoSplits>);
-  if (current != device) cudaSetDevice(current);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();
     return fail(CUTOVER_ERR_ARCH, "device %d is sm_%d%d; this library holds kernels for %s only: rebuild with "
