@@ -1,10 +1,11 @@
 """Evaluate a shadow run against a gate policy: stats records + rank observations -> verdict with reasons.
 
-`StatsSummary` folds the plugin's stats records (docs/architecture.md) into per-layer totals as they arrive;
+`StatsSummary` folds the plugin's stats records (docs/architecture.md) into per-layer totals as they arrive
+(with each host's own relative-L2 histogram per layer: the p99 gate is judged per host and layer);
 `evaluate_shadow` checks them, together with what the operator side observed of every rank (heartbeat age,
 mode, restarts), against a `ShadowPolicy`. While the run is going (`final=False`) only the gates a breach can
 trip are checked; duration, volume (per host and rank), truth-anchor coverage and p99 are judged at the end (p99
-earlier once a layer has the volume).
+earlier once a host's layer has the volume).
 """
 
 from __future__ import annotations
@@ -19,13 +20,33 @@ HIST_BUCKETS = len(REL_L2_BIN_EDGES) + 1
 
 
 @dataclass
-class LayerStats:
-    """Totals of one attention layer over every host and rank of a run."""
+class RelL2:
+    """Compared calls of one layer with their relative-L2 histogram and maximum (NaN ranks worst)."""
 
-    calls: int = 0
     compared: int = 0
     rel_l2_hist: list[int] = field(default_factory=lambda: [0] * HIST_BUCKETS)
     rel_l2_max: float = 0.0
+
+    def rel_l2_p99(self) -> float | None:
+        return hist_quantile(self.rel_l2_hist, 0.99, self.rel_l2_max)
+
+    def fold(self, data: dict) -> bool:
+        """Add one record's entry for the layer; True when it holds a new maximum."""
+        self.compared += int(data.get("compared", 0))
+        for index, count in enumerate((data.get("rel_l2_hist") or [])[:HIST_BUCKETS]):
+            self.rel_l2_hist[index] += int(count)
+        rel_max = float(data.get("rel_l2_max", 0.0))
+        if _rank_value(rel_max) > _rank_value(self.rel_l2_max):
+            self.rel_l2_max = rel_max
+            return True
+        return False
+
+
+@dataclass
+class LayerStats(RelL2):
+    """Totals of one attention layer over every host and rank of a run."""
+
+    calls: int = 0
     max_abs: float = 0.0
     nonfinite_custom: int = 0
     nonfinite_stock: int = 0
@@ -33,9 +54,7 @@ class LayerStats:
     truth_samples: int = 0
     truth_worst: dict | None = None  # the sample with the largest err_custom / allowed ratio
     truth_violations: int = 0
-
-    def rel_l2_p99(self) -> float | None:
-        return hist_quantile(self.rel_l2_hist, 0.99, self.rel_l2_max)
+    hosts: dict[str, RelL2] = field(default_factory=dict)  # host -> its own share (the p99 gate is per host)
 
 
 def hist_quantile(hist: list[int], q: float, observed_max: float) -> float | None:
@@ -86,14 +105,9 @@ class StatsSummary:
         for name, data in (record.get("layers") or {}).items():
             layer = self.layers.setdefault(str(name), LayerStats())
             layer.calls += int(data.get("calls", 0))
-            layer.compared += int(data.get("compared", 0))
             rank_compared[str(name)] = rank_compared.get(str(name), 0) + int(data.get("compared", 0))
-            hist = data.get("rel_l2_hist") or []
-            for index, count in enumerate(hist[:HIST_BUCKETS]):
-                layer.rel_l2_hist[index] += int(count)
-            rel_max = float(data.get("rel_l2_max", 0.0))
-            if _rank_value(rel_max) > _rank_value(layer.rel_l2_max):
-                layer.rel_l2_max = rel_max
+            layer.hosts.setdefault(host, RelL2()).fold(data)
+            if layer.fold(data):
                 layer.worst_at = where
             layer.max_abs = _worse(layer.max_abs, float(data.get("max_abs", 0.0)))
             layer.nonfinite_custom += int(data.get("nonfinite_custom", 0))
@@ -199,8 +213,8 @@ def _layer_gates(policy: ShadowPolicy, name: str, layer: LayerStats, final: bool
     """Failed gates of one layer, most specific first (a NaN also shows as a huge relative L2)."""
     failed = []
 
-    def fail(gate: str, message: str) -> None:
-        failed.append(GateResult(gate, False, f"layer {name}: {message}", layer=name))
+    def fail(gate: str, message: str, host: str | None = None) -> None:
+        failed.append(GateResult(gate, False, f"layer {name}: {message}", layer=name, host=host))
 
     if layer.nonfinite_custom > policy.max_nonfinite:
         fail("nonfinite", f"{layer.nonfinite_custom} non-finite output values from the custom kernel "
@@ -216,9 +230,12 @@ def _layer_gates(policy: ShadowPolicy, name: str, layer: LayerStats, final: bool
     if _exceeds(layer.rel_l2_max, policy.rel_l2_max):
         fail("rel_l2_max", f"worst relative L2 {layer.rel_l2_max:.3g} > {policy.rel_l2_max:.3g} "
                            f"(at {layer.worst_at})")
-    p99 = layer.rel_l2_p99()
-    if p99 is not None and (final or layer.compared >= policy.min_compared_calls) and _exceeds(p99, policy.rel_l2_p99):
-        fail("rel_l2_p99", f"relative L2 p99 {p99:.3g} > {policy.rel_l2_p99:.3g} over {layer.compared} compared calls")
+    for host, part in sorted(layer.hosts.items()):  # per host: promote trusts the verdict host by host
+        p99 = part.rel_l2_p99()
+        judged = final or part.compared >= policy.min_compared_calls
+        if p99 is not None and judged and _exceeds(p99, policy.rel_l2_p99):
+            fail("rel_l2_p99", f"host {host}: relative L2 p99 {p99:.3g} > {policy.rel_l2_p99:.3g} "
+                               f"over {part.compared} compared calls", host=host)
     if _exceeds(layer.max_abs, policy.max_abs):
         fail("max_abs", f"max abs difference {layer.max_abs:.3g} > {policy.max_abs:.3g}")
     return failed
@@ -401,7 +418,7 @@ def _passed_descriptions(policy: ShadowPolicy, summary: StatsSummary, final: boo
         "stats": "every rank wrote every stats line",
     }
     if final:
-        texts["rel_l2_p99"] = f"every layer's relative L2 p99 <= {policy.rel_l2_p99:.3g}"
+        texts["rel_l2_p99"] = f"every host's relative L2 p99 in every layer <= {policy.rel_l2_p99:.3g}"
         texts["duration"] = f"ran at least {policy.min_duration_s:.0f} s"
         texts["compared_calls"] = (
             f"every host compared at least {policy.min_compared_calls} calls in every layer, each rank its share"

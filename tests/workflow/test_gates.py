@@ -49,6 +49,8 @@ def test_clean_run_passes_at_the_end():
     verdict = evaluate_shadow(POLICY, clean_run(), healthy_ranks(), POLICY.min_duration_s, final=True)
     assert verdict.passed, verdict.reasons()
     assert {"duration", "compared_calls", "rel_l2_p99", "truth_anchor"} <= {r.gate for r in verdict.results}
+    p99 = next(r.detail for r in verdict.results if r.gate == "rel_l2_p99")
+    assert p99 == f"every host's relative L2 p99 in every layer <= {POLICY.rel_l2_p99:.3g}"
 
 
 def test_short_run_fails_duration_only_at_the_end():
@@ -124,6 +126,50 @@ def test_p99_breach_with_max_under_limit():
     verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), POLICY.min_duration_s, final=True)
     assert "rel_l2_p99" in failed_gates(verdict)
     assert "rel_l2_max" not in failed_gates(verdict)
+
+
+TAIL = (POLICY.rel_l2_p99 + POLICY.rel_l2_max) / 2  # over the p99 limit, under the max limit
+
+
+def host_records(compared, tail=0, ranks=2, name="3"):
+    """One record per rank of a host: `compared` calls of layer `name` in all, `tail` of them at TAIL."""
+    share, bad = compared // ranks, tail // ranks
+    return [record({name: layer([1e-3] * (share - bad) + [TAIL] * bad)}, rank=rank) for rank in range(ranks)]
+
+
+def summary_of_hosts(by_host):
+    summary = summary_of(hosts=tuple(by_host))
+    for host, records in by_host.items():
+        for item in records:
+            summary.add(host, item)
+    return summary
+
+
+def p99_failures(verdict):
+    return [(r.host, r.layer, r.detail) for r in verdict.failures if r.gate == "rel_l2_p99"]
+
+
+def test_one_hosts_p99_tail_is_not_diluted_by_another_hosts_clean_volume():
+    n = POLICY.min_compared_calls
+    summary = summary_of_hosts({"gpu-a": host_records(3 * n), "gpu-b": host_records(n, tail=n // 50)})
+    assert summary.layers["3"].rel_l2_p99() <= POLICY.rel_l2_p99  # pooled over both hosts it would pass
+    ranks = healthy_ranks(host="gpu-a") + healthy_ranks(host="gpu-b")
+    verdict = evaluate_shadow(POLICY, summary, ranks, POLICY.min_duration_s, final=True)
+    assert failed_gates(verdict) == {"rel_l2_p99"}
+    assert p99_failures(verdict) == [
+        ("gpu-b", "3", f"layer 3: host gpu-b: relative L2 p99 {TAIL:.3g} > {POLICY.rel_l2_p99:.3g} "
+                       f"over {n} compared calls")
+    ]
+
+
+def test_mid_run_p99_is_judged_per_host_once_that_host_has_the_volume():
+    n = POLICY.min_compared_calls
+    summary = summary_of_hosts({"gpu-a": host_records(n, tail=n // 50), "gpu-b": host_records(n // 2, tail=n // 50)})
+    ranks = healthy_ranks(host="gpu-a") + healthy_ranks(host="gpu-b")
+    live = evaluate_shadow(POLICY, summary, ranks, 1.0, final=False)
+    assert [(host, layer) for host, layer, _ in p99_failures(live)] == [("gpu-a", "3")]
+    final = evaluate_shadow(POLICY, summary, ranks, POLICY.min_duration_s, final=True)
+    assert [(host, layer) for host, layer, _ in p99_failures(final)] == [("gpu-a", "3"), ("gpu-b", "3")]
 
 
 def test_p99_is_bounded_by_histogram_edge_and_by_max():
