@@ -16,7 +16,7 @@ from cutover.cli import common
 from cutover.errors import ConfigError
 from cutover.workflow.load import load_spec
 from cutover.workflow.runstore import REPORTS_DIR_ENV
-from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, Progress, ShadowOptions, run_shadow
+from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, Progress, ShadowOptions, ShadowOutcome, run_shadow
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 
@@ -97,6 +97,36 @@ def _render(p: Progress) -> Group:
     return Group(*parts)
 
 
+def passed_lines(outcome: ShadowOutcome, again: str) -> list[str]:
+    """What a passed run prints: the verdict, its reasons, a WARNING block for hosts the rollback path returned
+    to Triton (their phase is rolled_back: promote refuses them), and the report path last. `again` is the
+    `cutover shadow` command line to repeat, without --limit."""
+    record = outcome.record
+    lines = [f"shadow run {record.run_id} PASSED for release {record.release_id} on {', '.join(record.hosts)}"]
+    lines += [f"  {reason}" for reason in record.reasons if reason not in outcome.warnings]
+    if outcome.rolled_back:
+        names = list(outcome.rolled_back)
+        others = [name for name in record.hosts if name not in outcome.rolled_back]
+        lines.append(
+            f"WARNING: the gates passed, but {', '.join(names)} cannot be promoted from this run: returned to Triton "
+            "only through the rollback path (phase rolled_back)"
+        )
+        lines += [f"  {warning}" for warning in outcome.warnings]
+        lines.append(f"  run: {again} --limit {','.join(names)}")
+        if others:
+            lines.append(f"  or promote the hosts that passed alone: cutover promote --limit {','.join(others)}")
+    lines.append(f"report: {outcome.report.markdown}")
+    return lines
+
+
+def _again(hours: float | None, minutes: float | None, policy: str | None, inventory: str | None) -> str:
+    """This run's `cutover shadow` command line (duration, policy, inventory), for the advice."""
+    words = ["cutover shadow", f"--hours {hours:g}" if hours is not None else f"--minutes {minutes:g}"]
+    words += [f"--policy {policy}"] if policy else []
+    words += [f"-i {inventory}"] if inventory else []
+    return " ".join(words)
+
+
 def shadow(
     ctx: typer.Context,
     hours: Annotated[Optional[float], typer.Option("--hours", help="Shadow for this many hours.")] = None,
@@ -156,13 +186,13 @@ def shadow(
                 "reasons": record.reasons,
                 "release_id": record.release_id,
                 "report": str(outcome.report.markdown),
+                "rolled_back_hosts": outcome.rolled_back,  # host -> why its ordinary return to Triton failed
+                "warnings": outcome.warnings,
             }
         )
         return
-    c.say(f"shadow run {record.run_id} PASSED for release {record.release_id} on {', '.join(record.hosts)}")
-    for reason in record.reasons:
-        c.say(f"  {reason}")
-    c.say(f"report: {outcome.report.markdown}")
+    for line in passed_lines(outcome, _again(hours, minutes, policy, c.options.inventory)):
+        c.say(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -71,6 +71,10 @@ class Progress:
 class ShadowOutcome:
     record: VerdictRecord
     report: ReportFiles
+    # host -> the error of its ordinary return to Triton, for hosts the rollback path returned instead: their
+    # phase is rolled_back, so promote refuses them although the run passed
+    rolled_back: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the verdict's reasons that say so, one per host
 
 
 @dataclass
@@ -80,7 +84,8 @@ class _HostRun:
     trackers: list[RankTracker]
     tail: StatsTail
     samples: list[ServerSample] = field(default_factory=list)
-    renewed_at: float = field(default_factory=time.monotonic)
+    renewed_at: float = field(default_factory=time.monotonic)  # the last successful lease renewal (or the arm)
+    renew_error: str = ""  # why the renewals since renewed_at failed (the last error); empty while they succeed
 
 
 class _Breach(Exception):
@@ -172,6 +177,8 @@ class _ShadowRun:
         self.store = RunStore(options.reports_dir, self.run_id)
         self.entered: list[HostLink] = []  # phase moved to shadowing: rolled back and recorded on failure
         self.runs: list[_HostRun] = []
+        self.confirmed_by_rollback: set[str] = set()  # hosts the rollback path confirmed on Triton
+        self.returned_by_rollback: dict[str, str] = {}  # end of run: host -> why its ordinary return failed
         self.summary = StatsSummary(
             generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
         )
@@ -189,16 +196,18 @@ class _ShadowRun:
                 self.load = LoadDriver(self.options.load, [link.host for link in self.links]).start()
             self._loop()
         except _Breach as breach:
+            reasons = breach.reasons + self._renewal_failures()
             with sigint_deferred():
-                return self._finish("failed", breach.reasons, rolled_back=self._roll_back(breach.reasons))
+                return self._finish("failed", reasons, rolled_back=self._roll_back(reasons))
         except KeyboardInterrupt:
+            reasons = ["stopped by the operator (Ctrl-C) before the end of the run"] + self._renewal_failures()
             with sigint_deferred():
-                return self._finish("aborted", ["stopped by the operator (Ctrl-C) before the end of the run"])
+                return self._finish("aborted", reasons)
         except BaseException as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             with sigint_deferred():
                 self._roll_back([f"shadow run interrupted: {reason}"])
-                self._record("failed", [f"shadow run interrupted: {reason}"], None)
+                self._record("failed", [f"shadow run interrupted: {reason}"] + self._renewal_failures(), None)
             raise
         with sigint_deferred():
             return self._finish_normally()
@@ -301,10 +310,10 @@ class _ShadowRun:
         try:
             run.link.call(lambda st: st.renew_lease(run.generation, self.options.lease_ttl_s))
             run.link.call(lambda st: st.renew_lock(self.locks[name], self.options.lock_ttl_s))
-            run.renewed_at = time.monotonic()
+            run.renewed_at, run.renew_error = time.monotonic(), ""
         except LockHeldError as exc:
             raise _Breach([f"lock: {exc.message}"]) from exc
-        except HostError:
+        except HostError as exc:
             control = None
             with contextlib.suppress(HostError):
                 control = run.link.call(lambda st: st.read_control())
@@ -315,7 +324,21 @@ class _ShadowRun:
                         f"{control.generation}) by {control.set_by or 'someone'}: {control.reason}"
                     ]
                 ) from None
-            # unreachable: keep trying; the lease returns the host to Triton and the silence gate trips
+            # unreachable or busy (the control write lock): keep trying; the lease returns the host to Triton and a
+            # gate trips, and the breach names this error (a lapsed lease alone reads "lease expired")
+            run.renew_error = exc.message
+
+    def _renewal_failure(self, run: _HostRun) -> str:
+        """The reason line of a host whose lease renewals are failing ("" while they succeed)."""
+        if not run.renew_error:
+            return ""
+        since = time.monotonic() - run.renewed_at
+        return f"lease: host {run.link.name}: not renewed for {since:.0f} s: {run.renew_error}"
+
+    def _renewal_failures(self) -> list[str]:
+        """One line per host whose renewals were failing when the run stopped: the lease lapsing there (ranks
+        on Triton, "lease expired") has this cause."""
+        return [line for line in map(self._renewal_failure, self.runs) if line]
 
     def _ingest(self, run: _HostRun) -> None:
         for record in run.tail.read_new(run.link.state):
@@ -335,15 +358,19 @@ class _ShadowRun:
                 duration_s=self.options.duration_s,
                 totals=self.summary.totals(),
                 ranks=self._observations(),
-                host_errors={run.link.name: run.link.last_error for run in self.runs if run.link.last_error},
+                host_errors={
+                    run.link.name: self._renewal_failure(run) or run.link.last_error
+                    for run in self.runs
+                    if run.renew_error or run.link.last_error
+                },
                 load=self.load.snapshot() if self.load else None,
             )
         )
 
     # --- ending ---------------------------------------------------------------------------------------
-    def _roll_back(self, reasons: list[str], hosts: list[Host] | None = None) -> list[str]:
-        """Every host that entered the run (or `hosts`) back to Triton at once; returns what could not be
-        confirmed."""
+    def _roll_back(self, reasons: list[str], hosts: list[Host] | None = None, why: str | None = None) -> list[str]:
+        """Every host that entered the run (or `hosts`) back to Triton at once (phase rolled_back, journaled
+        with `why`); returns what could not be confirmed."""
         self._stop_load()
         problems = []
         try:
@@ -351,29 +378,46 @@ class _ShadowRun:
                 self.inventory,
                 hosts or [link.host for link in self.entered],
                 self.settings,
-                reason=f"shadow run {self.run_id} failed: {reasons[0]}",
+                reason=why or f"shadow run {self.run_id} failed: {reasons[0]}",
             )
         except CutoverError as exc:
             results = []
             problems.append(f"rollback: {exc.message}")
         for result in results:
-            if not result.ok:
+            if result.ok:
+                self.confirmed_by_rollback.add(result.name)
+            else:
                 problems.append(f"rollback: host {result.name}: {'; '.join(result.messages) or 'not confirmed'}")
         if problems:
             problems.append(f"the lease returns any unconfirmed rank to Triton within {self.options.lease_ttl_s:.0f} s")
         return problems
 
     def _return_to_triton(self, why: str) -> list[str]:
-        """End of run (or Ctrl-C): set Triton with ack on every host; fall back to rollback where that fails."""
+        """End of run (or Ctrl-C): set Triton with ack on every host; fall back to rollback where that fails.
+        A host the rollback path confirmed is noted in returned_by_rollback: its phase is rolled_back."""
         self._stop_load()
-        failed = []
+        failed: dict[str, str] = {}
         for run in self.runs:
             try:
                 control = run.link.call(lambda st: st.set_mode("triton", reason=why, release_id=self.release_id))
                 run.link.call(lambda st: st.wait_for_ack(control.generation, mode="triton"))
-            except CutoverError:
-                failed.append(run.link.host)
-        return self._roll_back([why], failed) if failed else []
+            except CutoverError as exc:
+                failed[run.link.name] = exc.message
+        if not failed:
+            return []
+        hosts = [run.link.host for run in self.runs if run.link.name in failed]
+        problems = self._roll_back([why], hosts, why=f"{why}: the ordinary return to Triton failed there")
+        self.returned_by_rollback = {name: err for name, err in failed.items() if name in self.confirmed_by_rollback}
+        return problems
+
+    def _rollback_path_notes(self) -> list[str]:
+        """One reason line per host that returned to Triton only through the rollback path."""
+        return [
+            f"rollback path: host {name}: its ordinary return to Triton failed ({error}); the rollback path "
+            "confirmed Triton, so its phase is rolled_back and `cutover promote` refuses it until a new "
+            "`cutover shadow` run passes there"
+            for name, error in self.returned_by_rollback.items()
+        ]
 
     def _stop_load(self) -> None:
         if self.load:
@@ -383,15 +427,19 @@ class _ShadowRun:
     def _finish_normally(self) -> ShadowOutcome:
         ranks_at_end = self._observations()  # before the flip back, while every rank should be in shadow
         elapsed = time.monotonic() - self.started_mono
+        renewals = self._renewal_failures()
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
         problems += self._ingest_last()
         verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
-        reasons = verdict.reasons() + problems
-        return self._conclude("passed" if verdict.passed and not problems else "failed", reasons, verdict)
+        notes = self._rollback_path_notes()
+        if verdict.passed and not problems:  # the notes first: they are what the operator must act on
+            return self._conclude("passed", notes + verdict.reasons() + renewals, verdict)
+        return self._conclude("failed", verdict.reasons() + problems + notes + renewals, verdict)
 
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
         if rolled_back is None:
             rolled_back = self._return_to_triton(f"shadow run {self.run_id}: {reasons[0]}")
+            rolled_back += self._rollback_path_notes()
         return self._conclude(outcome, reasons + rolled_back + self._ingest_last(), None)
 
     def _ingest_last(self) -> list[str]:
@@ -419,7 +467,7 @@ class _ShadowRun:
                     else "run `cutover shadow` again when ready"
                 ),
             )
-        return ShadowOutcome(record, report)
+        return ShadowOutcome(record, report, dict(self.returned_by_rollback), self._rollback_path_notes())
 
     def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
         """Store the verdict locally and on every reachable host that entered the run (file, phase, journal)."""
@@ -441,6 +489,9 @@ class _ShadowRun:
         self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"
         for link in self.entered:
+            # a host the rollback path returned to Triton is rolled_back, not shadowing: it keeps that phase
+            returned = self.returned_by_rollback.get(link.name)
+            extra = {"returned_through_rollback": returned} if returned is not None else {}
             with contextlib.suppress(CutoverError):
                 link.call(lambda st: st.transport.write_atomic(st.paths.verdict(self.run_id), record.to_json()))
                 if link.call(lambda st: st.read_phase()).phase == "shadowing":
@@ -456,6 +507,7 @@ class _ShadowRun:
                         outcome=outcome,
                         release_id=self.release_id,
                         reasons=reasons[:5],
+                        **extra,
                     )
                 )
         return record

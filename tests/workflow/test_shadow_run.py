@@ -21,10 +21,11 @@ POLICY = "promote:\n  probe_interval_s: 0.5\nshadow:\n  min_duration_s: 1\n  min
 
 @pytest.fixture
 def world(tmp_path):
-    """world(traffic={"h1": True, "h2": False}, audit_max_bytes=None, policy_extra="") -> (hosts, run)"""
+    """world(traffic={"h1": True, "h2": False}, audit_max_bytes=None, policy_extra="", **ShadowOptions fields)
+    -> (hosts, run); run(on_progress=None) runs the shadow"""
     servers = []
 
-    def make(traffic, audit_max_bytes=None, policy_extra=""):
+    def make(traffic, audit_max_bytes=None, policy_extra="", **option_fields):
         hosts = []
         for name, busy in traffic.items():
             host = local_host(tmp_path, name)
@@ -34,12 +35,10 @@ def world(tmp_path):
             hosts.append(host)
         policy_file = tmp_path / "policy.yml"
         policy_file.write_text(POLICY + policy_extra)
-        options = ShadowOptions(
-            duration_s=2.0, policy=load_policy(policy_file), lease_ttl_s=5.0, poll_s=0.2,
-            reports_dir=str(tmp_path / "reports"),
-        )
+        fields = dict(duration_s=2.0, lease_ttl_s=5.0, poll_s=0.2, reports_dir=str(tmp_path / "reports"))
+        options = ShadowOptions(policy=load_policy(policy_file), **{**fields, **option_fields})
         inventory = Inventory(tmp_path / "inventory.yml", hosts)
-        return hosts, lambda: run_shadow(inventory, hosts, SETTINGS, options)
+        return hosts, lambda on_progress=None: run_shadow(inventory, hosts, SETTINGS, options, on_progress)
 
     yield make
     for server in servers:

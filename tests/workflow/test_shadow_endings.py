@@ -1,0 +1,128 @@
+"""How a shadow run ends when something other than a gate goes wrong, on the local hosts of test_shadow_run
+(every rank runs the real plugin runtime): a host whose ordinary return to Triton fails at the end, and lease
+renewals refused by a busy control write lock."""
+
+import contextlib
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from cutover import controlwrite
+from cutover.cli.shadow import passed_lines
+from cutover.errors import GateFailedError, HostError
+from cutover.transport import LocalTransport
+from cutover.workflow import observe
+
+from .test_shadow_run import journal_actions, mode_of, phase_of, world  # noqa: F401 - world is a fixture
+
+
+class TritonFlipDrops(LocalTransport):
+    """The run's own connection to the host drops whenever it writes a control record asking for Triton: only
+    the end-of-run flip does that (arming and renewals write shadow). The rollback path opens its own
+    connection (cutover.rollback.open_transport), which works, as a fresh SSH session after a dropped one."""
+
+    def write_atomic(self, path, text):
+        if path.endswith("/control.json") and json.loads(text)["mode"] == "triton":
+            raise HostError(f"host {self.host}: connection lost")
+        super().write_atomic(path, text)
+
+
+def test_a_passed_run_names_the_host_whose_return_to_triton_needed_the_rollback_path(world, monkeypatch):
+    hosts, run = world({"h1": True, "h2": True})
+    h1, h2 = hosts
+    real_open = observe.open_transport
+    monkeypatch.setattr(
+        observe, "open_transport", lambda host: TritonFlipDrops(host.name) if host.name == "h2" else real_open(host)
+    )
+    outcome = run()
+
+    assert outcome.record.passed  # the gates passed on both hosts
+    assert outcome.rolled_back == {"h2": "host h2: connection lost"}
+    note = (
+        "rollback path: host h2: its ordinary return to Triton failed (host h2: connection lost); the rollback "
+        "path confirmed Triton, so its phase is rolled_back and `cutover promote` refuses it until a new "
+        "`cutover shadow` run passes there"
+    )
+    assert outcome.warnings == [note] and outcome.record.reasons[0] == note
+    assert [(phase_of(h), mode_of(h)) for h in hosts] == [("shadow_passed", "triton"), ("rolled_back", "triton")]
+    assert journal_actions(h2)[-2:] == ["rollback", "shadow_end"]
+    entries = [json.loads(line) for line in open(h2.paths.journal)]
+    assert entries[-1]["returned_through_rollback"] == "host h2: connection lost"
+    assert entries[-2]["reason"].endswith("finished: the ordinary return to Triton failed there")  # not "failed"
+    verdict = json.loads(open(h2.paths.verdict(outcome.record.run_id)).read())
+    assert verdict["reason"].startswith("rollback path: host h2:")
+
+    lines = passed_lines(outcome, "cutover shadow --minutes 2")
+    assert lines[0].startswith(f"shadow run {outcome.record.run_id} PASSED")
+    warning = lines.index(
+        "WARNING: the gates passed, but h2 cannot be promoted from this run: returned to Triton only through the "
+        "rollback path (phase rolled_back)"
+    )
+    assert lines[warning + 1:] == [
+        f"  {note}",
+        "  run: cutover shadow --minutes 2 --limit h2",
+        "  or promote the hosts that passed alone: cutover promote --limit h1",
+        f"report: {outcome.report.markdown}",
+    ]
+    assert f"  {note}" not in lines[:warning]  # said once, in the block
+
+
+class BusyControlWriter(threading.Thread):
+    """Another writer that keeps <state_dir>/control.json.lock taken (fresh: its time is refreshed well within
+    STALE_S) from the moment shadow is armed until the rollback takes the host lock."""
+
+    def __init__(self, host):
+        super().__init__(daemon=True)
+        self.host = host
+        self.done = threading.Event()
+
+    def run(self):
+        paths = self.host.paths
+        deadline = time.monotonic() + 30
+        while "shadow_armed" not in journal_actions(self.host) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        while time.monotonic() < deadline and not self.done.is_set():
+            lock = {"holder": "bob@elsewhere", "token": "t", "at": time.time(), "pid": 4321, "client": "ws-bob"}
+            with open(paths.control_lock + ".tmp", "w") as handle:
+                handle.write(json.dumps(lock))
+            os.replace(paths.control_lock + ".tmp", paths.control_lock)
+            if self._rollback_started():
+                break
+            time.sleep(0.02)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(paths.control_lock)
+
+    def _rollback_started(self):
+        try:
+            return json.loads(open(self.host.paths.lock).read())["action"] == "rollback"
+        except (OSError, ValueError, KeyError):
+            return False
+
+
+def test_a_lease_lost_to_a_busy_control_write_lock_names_the_lock(world, monkeypatch):
+    monkeypatch.setattr(controlwrite, "WAIT_S", 1.0)  # a writer gives up after 1 s instead of 15 s (test time)
+    hosts, run = world({"h1": True}, duration_s=30.0, lease_ttl_s=2.0)
+    (h1,) = hosts
+    writer = BusyControlWriter(h1)
+    writer.start()
+    progress = []
+    try:
+        with pytest.raises(GateFailedError):
+            run(on_progress=progress.append)
+    finally:
+        writer.done.set()
+        writer.join()
+
+    (verdict,) = os.listdir(h1.paths.verdicts)
+    reasons = json.loads(open(os.path.join(h1.paths.verdicts, verdict)).read())["reasons"]
+    assert any("expired" in r for r in reasons), reasons  # the gate: the rank fell back when the lease lapsed
+    lease = [r for r in reasons if r.startswith("lease: host h1: not renewed for ")]
+    assert len(lease) == 1, reasons
+    assert f"host h1: {h1.paths.control_lock} stayed held by bob@elsewhere (pid 4321 on ws-bob" in lease[0]
+    assert lease[0].endswith("for 1 s: control.json was not changed")
+    noted = [p.host_errors["h1"] for p in progress if "h1" in p.host_errors]
+    assert noted and noted[-1].startswith("lease: host h1: not renewed for ") and "control.json.lock" in noted[-1]
+    assert (phase_of(h1), mode_of(h1)) == ("rolled_back", "triton")
