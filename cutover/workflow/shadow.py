@@ -178,6 +178,7 @@ class _ShadowRun:
         self.entered: list[HostLink] = []  # phase moved to shadowing: rolled back and recorded on failure
         self.runs: list[_HostRun] = []
         self.confirmed_by_rollback: set[str] = set()  # hosts the rollback path confirmed on Triton
+        self.unconfirmed: bool = False  # a rollback could not confirm Triton somewhere (the lease does it)
         self.returned_by_rollback: dict[str, str] = {}  # end of run: host -> why its ordinary return failed
         self.summary = StatsSummary(
             generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
@@ -389,6 +390,7 @@ class _ShadowRun:
             else:
                 problems.append(f"rollback: host {result.name}: {'; '.join(result.messages) or 'not confirmed'}")
         if problems:
+            self.unconfirmed = True
             problems.append(f"the lease returns any unconfirmed rank to Triton within {self.options.lease_ttl_s:.0f} s")
         return problems
 
@@ -434,6 +436,8 @@ class _ShadowRun:
         notes = self._rollback_path_notes()
         if verdict.passed and not problems:  # the notes first: they are what the operator must act on
             return self._conclude("passed", notes + verdict.reasons() + renewals, verdict)
+        if verdict.passed:  # the gates passed: what failed is the return to Triton or the last read, say it first
+            return self._conclude("failed", problems + notes + renewals + verdict.reasons(), verdict)
         return self._conclude("failed", verdict.reasons() + problems + notes + renewals, verdict)
 
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
@@ -452,6 +456,12 @@ class _ShadowRun:
                 problems.append(f"stats: host {run.link.name}: its last records could not be read ({exc.message})")
         return problems
 
+    def _where_targets_are(self) -> str:
+        if not self.unconfirmed:
+            return "every target is back on Triton."
+        return (f"Triton is NOT confirmed on every target (the rollback lines say where): the lease returns those "
+                f"ranks to Triton within {self.options.lease_ttl_s:.0f} s; check with `cutover status`.")
+
     def _conclude(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> ShadowOutcome:
         record = self._record(outcome, reasons, verdict)
         report = write_report(self.store)
@@ -460,7 +470,7 @@ class _ShadowRun:
             raise GateFailedError(
                 f"shadow run {self.run_id} {headline}: "
                 + "; ".join(reasons[:3])
-                + f"\nevery target is back on Triton. report: {report.markdown}",
+                + f"\n{self._where_targets_are()} report: {report.markdown}",
                 hint=(
                     "read the report; fix and re-stage the kernel, then shadow again"
                     if outcome == "failed"

@@ -126,3 +126,30 @@ def test_a_lease_lost_to_a_busy_control_write_lock_names_the_lock(world, monkeyp
     noted = [p.host_errors["h1"] for p in progress if "h1" in p.host_errors]
     assert noted and noted[-1].startswith("lease: host h1: not renewed for ") and "control.json.lock" in noted[-1]
     assert (phase_of(h1), mode_of(h1)) == ("rolled_back", "triton")
+
+
+def test_a_rank_that_never_returns_to_triton_is_not_reported_back_on_triton(world, monkeypatch):
+    hosts, run = world({"h1": True, "h2": True})
+    h1, h2 = hosts
+    release = threading.Event()
+    stuck = world.servers[1].runtimes[0]  # h2's rank 0: its control thread hangs on the way to Triton
+    real_apply = stuck.control._apply
+
+    def apply_hanging_on_triton(decision, new_generation):
+        if decision.mode == "triton" and stuck.control.mode_active == "shadow":
+            release.wait(30)
+        real_apply(decision, new_generation)
+
+    monkeypatch.setattr(stuck.control, "_apply", apply_hanging_on_triton)
+    try:
+        with pytest.raises(GateFailedError) as caught:
+            run()
+    finally:
+        release.set()
+    message = str(caught.value)
+    assert "every target is back on Triton" not in message
+    assert "Triton is NOT confirmed on every target (the rollback lines say where): the lease returns those ranks " \
+           "to Triton within 5 s; check with `cutover status`." in message
+    assert message.startswith(f"shadow run {os.listdir(h1.paths.verdicts)[0][:-5]} failed: rollback: host h2: ")
+    assert "rollback: host h1" not in message
+    assert (phase_of(h1), phase_of(h2)) == ("shadow_failed", "rolled_back")  # one verdict for the run

@@ -22,7 +22,7 @@ POLICY = "promote:\n  probe_interval_s: 0.5\nshadow:\n  min_duration_s: 1\n  min
 @pytest.fixture
 def world(tmp_path):
     """world(traffic={"h1": True, "h2": False}, audit_max_bytes=None, policy_extra="", **ShadowOptions fields)
-    -> (hosts, run); run(on_progress=None) runs the shadow"""
+    -> (hosts, run); run(on_progress=None) runs the shadow; world.servers: the hosts' LocalServers, in order"""
     servers = []
 
     def make(traffic, audit_max_bytes=None, policy_extra="", **option_fields):
@@ -40,6 +40,7 @@ def world(tmp_path):
         inventory = Inventory(tmp_path / "inventory.yml", hosts)
         return hosts, lambda on_progress=None: run_shadow(inventory, hosts, SETTINGS, options, on_progress)
 
+    make.servers = servers
     yield make
     for server in servers:
         server.stop()
