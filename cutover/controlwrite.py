@@ -52,7 +52,7 @@ class LocalFiles:
 
     def read_text(self, path: str) -> str | None:
         try:
-            with open(path) as handle:
+            with open(path, errors="replace") as handle:  # bad bytes fail the JSON parse, not the reader
                 return handle.read()
         except FileNotFoundError:
             return None

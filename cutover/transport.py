@@ -26,6 +26,9 @@ from cutover.hostlayout import atomic_write_text
 
 
 CLOCK_READ_TIMEOUT_S = 15.0
+# An SFTP request that gets no answer for this long fails (a hung NFS mount under the state dir, a host
+# thrashing): without it one stalled host would hang status, rollback and the shadow and promote loops.
+SFTP_IO_TIMEOUT_S = 30.0
 
 
 class Transport(ABC):
@@ -199,6 +202,7 @@ class SSHTransport(Transport):
         self._client = connect(host)
         try:
             self._sftp = self._client.open_sftp()
+            self._sftp.get_channel().settimeout(SFTP_IO_TIMEOUT_S)
         except (paramiko.SSHException, OSError) as exc:
             self._client.close()
             raise HostError(f"host {host.name}: cannot open an SFTP session: {exc}",
@@ -229,7 +233,7 @@ class SSHTransport(Transport):
     def read_text(self, path: str) -> str | None:
         try:
             with self._sftp.open(path, "r") as handle:
-                return handle.read().decode()
+                return handle.read().decode(errors="replace")  # bad bytes fail the JSON parse, not the reader
         except FileNotFoundError:
             return None
         except (OSError, paramiko.SSHException) as exc:
@@ -293,7 +297,7 @@ class SSHTransport(Transport):
             return True
         except FileNotFoundError:
             return False
-        except OSError as exc:
+        except (OSError, paramiko.SSHException) as exc:
             if not self._exists(path):
                 return False
             raise self._error("rename", path, exc) from exc
@@ -317,8 +321,10 @@ class SSHTransport(Transport):
     def readlink(self, path: str) -> str | None:
         try:
             return self._sftp.readlink(path)
-        except OSError:
-            return None
+        except (OSError, paramiko.SSHException) as exc:
+            if self._session_lost(exc):
+                raise self._error("read the link", path, exc) from exc
+            return None  # missing, or not a link
 
     def listdir(self, path: str) -> list[str]:
         try:
@@ -353,8 +359,23 @@ class SSHTransport(Transport):
         try:
             self._sftp.stat(path)
             return True
-        except OSError:
+        except (OSError, paramiko.SSHException) as exc:
+            if self._session_lost(exc):
+                raise self._error("stat", path, exc) from exc
             return False
+
+    def _session_lost(self, exc: Exception) -> bool:
+        """Whether `exc` came from the session (dropped, timed out) rather than from the file."""
+        transport = self._client.get_transport()
+        return (isinstance(exc, (paramiko.SSHException, TimeoutError)) or transport is None
+                or not transport.is_active())
+
+    def _error(self, action: str, path: str, exc: Exception) -> HostError:
+        if isinstance(exc, TimeoutError):  # the request stream is out of step now: a caller reconnects
+            self.close()
+            return HostError(f"host {self.host}: cannot {action} {path}: no answer within {SFTP_IO_TIMEOUT_S:g} s",
+                             hint="is the host overloaded, or its state directory on a hung mount?")
+        return super()._error(action, path, exc)
 
     def _makedirs(self, directory: str) -> None:
         missing = []
@@ -367,10 +388,12 @@ class SSHTransport(Transport):
             except FileNotFoundError:
                 missing.append(current)
                 current = current.parent
+            except (OSError, paramiko.SSHException) as exc:  # a dropped session: HostError, so callers reconnect
+                raise self._error("stat", str(current), exc) from exc
         for path in reversed(missing):
             try:
                 self._sftp.mkdir(str(path), 0o755)
-            except OSError as exc:
+            except (OSError, paramiko.SSHException) as exc:
                 if not self._exists(str(path)):
                     raise self._error("create directory", str(path), exc) from exc
 

@@ -1,11 +1,14 @@
 """SSHTransport against real sshd hosts: file operations, and host keys verified (never auto-added)."""
 
 import json
+import os
+import signal
 import time
 
 import pytest
 
 from cutover import config
+from cutover import transport as transport_module
 from cutover.config import Settings
 from cutover.errors import HostError
 from cutover.hoststate import HostState
@@ -96,3 +99,56 @@ def test_unreachable_host_names_itself(ssh_hosts, home):
     ssh_hosts.stop(ssh_hosts.host("host2"))
     with pytest.raises(HostError, match=rf"^host host2 \({host.address}:{host.port}\) is unreachable"):
         SSHTransport(host)
+
+
+def test_a_dropped_session_is_a_host_error_on_every_operation(ssh_hosts, home):
+    """HostError (which HostLink.call answers by reconnecting, rollback by its Ansible path), never a raw
+    OSError; and a link read on a dead session is an error, not "no link"."""
+    host = host_of(ssh_hosts)
+    state = ssh_hosts.host("host1").state_dir
+    with SSHTransport(host) as transport:
+        transport.write_atomic(f"{state}/control.json", "{}")
+        for pid in ssh_hosts.host("host1").session_pids():
+            os.kill(pid, signal.SIGKILL)
+        operations = {
+            "write_atomic": lambda: transport.write_atomic(f"{state}/control.json", "{}"),
+            "append_line": lambda: transport.append_line(f"{state}/journal.jsonl", "{}"),
+            "create_exclusive": lambda: transport.create_exclusive(f"{state}/lock", "mine"),
+            "rename_if_exists": lambda: transport.rename_if_exists(f"{state}/lock", f"{state}/lock.old"),
+            "readlink": lambda: transport.readlink(f"{state}/current"),
+            "read_text": lambda: transport.read_text(f"{state}/control.json"),
+        }
+        for name, operation in operations.items():
+            with pytest.raises(HostError, match="host host1: cannot "):
+                operation()
+
+
+def test_a_stalled_host_fails_a_request_after_the_io_timeout(ssh_hosts, home, monkeypatch):
+    monkeypatch.setattr(transport_module, "SFTP_IO_TIMEOUT_S", 1.0)
+    host = host_of(ssh_hosts)
+    state = ssh_hosts.host("host1").state_dir
+    with SSHTransport(host) as transport:
+        transport.write_atomic(f"{state}/control.json", "{}")
+        sessions = ssh_hosts.host("host1").session_pids()
+        for pid in sessions:
+            os.kill(pid, signal.SIGSTOP)  # the host stops answering, as under a hung mount
+        try:
+            started = time.monotonic()
+            with pytest.raises(HostError, match=r"cannot read .*control.json: no answer within 1 s"):
+                transport.read_text(f"{state}/control.json")
+            assert time.monotonic() - started < 10
+        finally:
+            for pid in sessions:
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_non_utf8_bytes_in_control_json_read_as_a_corrupt_file(ssh_hosts, home):
+    host = host_of(ssh_hosts)
+    control = ssh_hosts.host("host1").state_dir / "control.json"
+    control.parent.mkdir(parents=True, exist_ok=True)
+    control.write_bytes(b'{"mode": "triton", "reason": "caf\xe9", "generation": "x\xff')
+    with SSHTransport(host) as transport:
+        state = HostState(host, transport, Settings(operator="alice@test"))
+        with pytest.raises(HostError, match="control.json"):
+            state.read_control()
+        assert state.set_mode("triton", reason="rewrite").mode == "triton"  # a corrupt file is rewritten
