@@ -23,6 +23,8 @@ from cutover.hostlayout import ControlRecord, Heartbeat, journal_entry, next_gen
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
+STATS_TAIL_BYTES = 65536  # first window for a rank's last stats line; doubled up to the cap
+STATS_TAIL_MAX_BYTES = 4 << 20
 
 
 @dataclass
@@ -312,12 +314,13 @@ class HostState:
         return record
 
     # heartbeats and acknowledgement ---------------------------------------------------------------------
-    def ranks(self, now: float | None = None) -> list[RankView]:
-        """One view per expected rank (0 .. tp_size-1)."""
-        now = now or self.now()
+    def ranks(self) -> list[RankView]:
+        """One view per expected rank (0 .. tp_size-1), each aged at the moment its heartbeat was read (over a
+        slow link the reads of many ranks take seconds: one earlier `now` would make a dead rank look live)."""
         views = []
         for rank in range(self.host.tp_size):
             text = self.transport.read_text(self.paths.heartbeat(rank))
+            now = self.now()
             heartbeat = None
             if text:
                 try:
@@ -391,19 +394,33 @@ class HostState:
         return verdict if isinstance(verdict, dict) else None
 
     def recent_divergence(self) -> dict[int, dict]:
-        """Per rank, a summary of the last stats line: worst relative L2 and max abs over layers, calls."""
+        """Per rank, a summary of the last stats line with layers: worst relative L2 and max abs over layers,
+        calls."""
         summaries = {}
         for rank in range(self.host.tp_size):
-            text = self.transport.read_tail(self.paths.stats_file(rank), JOURNAL_TAIL_BYTES)
-            lines = [line for line in (text or "").splitlines() if line.strip()]
-            if not lines:
-                continue
-            try:
-                record = json.loads(lines[-1])
-            except ValueError:
-                continue
-            summaries[rank] = summarize_stats(record)
+            record = self._last_stats_record(self.paths.stats_file(rank))
+            if record is not None:
+                summaries[rank] = summarize_stats(record)
         return summaries
+
+    def _last_stats_record(self, path: str) -> dict | None:
+        """The last whole stats line that holds layers (a line of a 61-layer model is ~16 KB; a truth-only line
+        has none; the last line may be half-written), read from a tail window that doubles up to a cap."""
+        window = STATS_TAIL_BYTES
+        while True:
+            text = self.transport.read_tail(path, window)
+            if text is None:
+                return None
+            for line in reversed(text.splitlines()):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("layers"):
+                    return record
+            if window >= STATS_TAIL_MAX_BYTES or (self.transport.size(path) or 0) <= window:
+                return None  # the cap, or the whole file was in the window already
+            window *= 2
 
 
 def summarize_stats(record: dict) -> dict:

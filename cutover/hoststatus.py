@@ -32,7 +32,7 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
         control, control_error = None, err.message
     lock = state.read_lock()
     ranks = []
-    for view in state.ranks(now):
+    for view in state.ranks():
         beat = view.heartbeat
         ranks.append({
             "rank": view.rank,

@@ -10,7 +10,7 @@ from cutover import config
 from cutover.config import Settings
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
 from cutover.hostlayout import ControlRecord, Heartbeat
-from cutover.hoststate import HostState, summarize_stats
+from cutover.hoststate import STATS_TAIL_BYTES, HostState, summarize_stats
 from cutover.transport import LocalTransport
 
 from .conftest import read_journal
@@ -189,6 +189,28 @@ def test_journal_tail_verdict_and_divergence(local_inventory, state_dir):
                                                    "compared": 10, "rel_l2_max": 4e-3, "max_abs": 0.5, "nonfinite": 3}
 
 
+def stats_line(layers: int, rel_l2_max: float) -> dict:
+    """A stats record shaped like the plugin's (docs/architecture.md), with `layers` layers."""
+    entry = {"calls": 10, "compared": 5, "rel_l2_max": rel_l2_max, "max_abs": 0.5, "nonfinite_custom": 0,
+             "nonfinite_stock": 0, "rel_l2_hist": [0] * 20 + [5] + [0] * 20}
+    return {"ts": 1.0, "mode": "shadow", "kernel": "cuda", "layers": {str(i): entry for i in range(layers)}}
+
+
+def test_divergence_of_a_model_with_many_layers_skips_half_and_truth_only_lines(local_inventory):
+    """A 61-layer model's line is ~16 KB, more than a small tail window; the last line may be a truth-only record (no
+    layers) or half-written: the summary comes from the last whole line with layers."""
+    state = make_state(local_inventory)
+    path = state.paths.stats_file(0)
+    state.transport.append_line(path, json.dumps(stats_line(80, 1e-3)))
+    big = stats_line(400, 2e-3)  # longer than the first window, so the window grows
+    assert len(json.dumps(big)) > STATS_TAIL_BYTES
+    state.transport.append_line(path, json.dumps(big))
+    state.transport.append_line(path, json.dumps({"ts": 2.0, "mode": "shadow", "layers": {}, "truth": []}))
+    with open(path, "a") as handle:
+        handle.write(json.dumps(stats_line(80, 9e-3))[:5000])  # a line being appended
+    assert state.recent_divergence()[0] == summarize_stats(big)
+
+
 def test_read_from_returns_whole_lines_and_the_next_offset(tmp_path):
     transport = LocalTransport("local")
     path = str(tmp_path / "stats.jsonl")
@@ -211,3 +233,20 @@ def test_a_failed_local_file_operation_names_the_host_and_path(tmp_path):
         transport.write_atomic(f"{blocker}/control.json", "{}")
     with pytest.raises(HostError, match=f"host h1: cannot append to {blocker}/journal.jsonl: "):
         transport.append_line(f"{blocker}/journal.jsonl", "{}")
+
+
+class SlowLink(LocalTransport):
+    """Each read takes 0.5 s, as over a slow VPN link."""
+
+    def read_text(self, path):
+        time.sleep(0.5)
+        return super().read_text(path)
+
+
+def test_each_rank_is_aged_when_its_heartbeat_is_read(local_inventory):
+    state = make_state(local_inventory)
+    for rank in (0, 1):
+        write_heartbeat(state, rank, 1, written_at=time.time())
+    slow = HostState(state.host, SlowLink(state.host.name), state.settings)
+    first, second = slow.ranks()
+    assert second.age_s - first.age_s >= 0.45  # the second read came 0.5 s later: not one `now` for both
