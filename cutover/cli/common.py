@@ -7,7 +7,6 @@ Global options are accepted before the verb (`cutover -i inv.yml stage`) and aft
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from typing import Annotated, Optional
@@ -15,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from cutover import config
+from cutover import config, jsonout
 from cutover.config import Host, Inventory, Settings
 
 InventoryOpt = Annotated[Optional[str], typer.Option(
@@ -96,4 +95,4 @@ def context(ctx: typer.Context, inventory=None, limit=None, config_file=None, js
 
 
 def print_json(document) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(jsonout.dumps(document, indent=2, sort_keys=True) + "\n")

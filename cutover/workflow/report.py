@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checks.gates import StatsSummary, hist_quantile
+from cutover import jsonout
 from cutover.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
 
@@ -86,7 +87,7 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles) -> str:
+def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped: int) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
     lines = [
         f"# Shadow run {meta['run_id']}: {outcome}",
@@ -105,6 +106,8 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles) -> str:
         "",
     ]
     lines += [f"* {reason}" for reason in (verdict.reasons if verdict else ["no verdict recorded"])]
+    if skipped:
+        lines.append(f"* {skipped} stored stats line(s) could not be parsed (cut short?) and were left out here")
     lines += [
         "",
         "## Per layer",
@@ -209,7 +212,8 @@ def write_report(store: RunStore) -> ReportFiles:
         "layers": rows,
         "plots": [str(p) for p in files.plots],
         "plot_note": files.plot_note,
+        "unreadable_stats_lines": store.unreadable_lines,
     }
-    atomic_write_text(str(files.json), json.dumps(document, indent=2, sort_keys=True, default=str))
-    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, files))
+    atomic_write_text(str(files.json), jsonout.dumps(document, indent=2, sort_keys=True))
+    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, files, store.unreadable_lines))
     return files

@@ -53,6 +53,7 @@ class RunStore:
     def __init__(self, root: str | Path | None, run_id: str):
         self.run_id = run_id
         self.dir = reports_root(root) / run_id
+        self.unreadable_lines = 0  # stats lines the last iter_stats skipped
 
     @property
     def run_file(self) -> Path:
@@ -75,15 +76,23 @@ class RunStore:
         append_jsonl(str(self.stats_file(host, rank)), record)
 
     def iter_stats(self):
-        """Yield (host, record) for every stored stats record of this run."""
+        """Yield (host, record) for every stored stats record of this run, reading each file line by line; a
+        line that is not a JSON object (cut short on a full disk) is skipped and counted in unreadable_lines."""
+        self.unreadable_lines = 0
         stats_dir = self.dir / "stats"
         if not stats_dir.is_dir():
             return
         for host_dir in sorted(p for p in stats_dir.iterdir() if p.is_dir()):
             for path in sorted(host_dir.glob("rank-*.jsonl")):
-                for line in path.read_text().splitlines():
-                    if line.strip():
-                        yield host_dir.name, json.loads(line)
+                with open(path, errors="replace") as lines:
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        record = _json_object(line)
+                        if record is None:
+                            self.unreadable_lines += 1
+                        else:
+                            yield host_dir.name, record
 
     def save_verdict(self, record: VerdictRecord) -> None:
         atomic_write_text(str(self.verdict_file), record.to_json())
@@ -101,6 +110,14 @@ class RunStore:
                 f"run {self.run_id}: {path} not found",
                 hint="run `cutover report` with a run id listed under the reports directory",
             ) from None
+
+
+def _json_object(line: str) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def latest_run_id(root: str | Path | None = None) -> str:

@@ -94,3 +94,20 @@ def test_unknown_run_is_a_clear_error(tmp_path):
         latest_run_id(tmp_path)
     with pytest.raises(ConfigError, match="not found"):
         write_report(RunStore(tmp_path, "nope"))
+
+
+def _strict_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_a_cut_short_stats_line_is_skipped_and_counted_and_non_finite_values_stay_strict_json(tmp_path):
+    store = stored_run(tmp_path)
+    store.append_stats("h1", 0, record({"5": layer([float("nan")])}, ts=START + 5))
+    with open(store.stats_file("h1", 0), "a") as handle:
+        handle.write('{"ts": 1764400006.0, "layers": {"0": {"calls')  # a write cut short by a full disk
+    files = write_report(store)
+    assert "* 1 stored stats line(s) could not be parsed (cut short?) and were left out here" in (
+        files.markdown.read_text())
+    document = json.loads(files.json.read_text(), parse_constant=_strict_constant)  # no NaN / Infinity tokens
+    assert document["unreadable_stats_lines"] == 1
+    assert {row["layer"]: row for row in document["layers"]}["5"]["rel_l2_max"] == "NaN"
