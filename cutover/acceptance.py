@@ -16,6 +16,8 @@ Standard library only: playbooks/library/cutover_acceptance.py runs this on the 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -112,9 +114,38 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+@contextlib.contextmanager
+def exclusive_run(log_path: str):
+    """Hold `<log_path>.lock` for one run; yields None, or a sentence naming the run that holds it. A stage cut
+    off (Ctrl-C, a dropped SSH session) leaves its run going on the host: a second one on the same GPU would
+    share its log and report files, and double the memory beside serving."""
+    with open(log_path + ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown pid"
+            yield (f"an acceptance run of this release is still running on the host ({holder}), probably from a "
+                   f"stage that was cut off: wait for it to end (its log: {log_path}), then stage again")
+            return
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        yield None  # the lock goes with the file's closing
+
+
 def run_acceptance(release_dir: str, library: str, serving_python: str, device: int, timeout_s: float,
                    log_path: str) -> Acceptance:
-    """Run the parity subset with the release on GPU `device`; its output goes to `log_path`."""
+    """Run the parity subset with the release on GPU `device`, one run per release at a time; its output goes to
+    `log_path`."""
+    with exclusive_run(log_path) as busy:
+        if busy:
+            return Acceptance(False, busy, 0.0)
+        return _run_parity(release_dir, library, serving_python, device, timeout_s, log_path)
+
+
+def _run_parity(release_dir: str, library: str, serving_python: str, device: int, timeout_s: float,
+                log_path: str) -> Acceptance:
     report_path = log_path + ".report.json"
     if os.path.exists(report_path):
         os.unlink(report_path)

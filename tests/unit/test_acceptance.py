@@ -120,6 +120,20 @@ def test_a_run_past_its_time_limit_is_killed_and_refused(release: Path, tmp_path
     assert result.summary == "the parity run did not finish within 0.2 s and was killed"
 
 
+def test_a_second_run_of_the_same_release_is_refused_while_the_first_runs(release: Path, tmp_path: Path):
+    log = str(tmp_path / "acceptance.log")
+    with acceptance.exclusive_run(log) as busy:
+        assert busy is None
+        second = acceptance.run_acceptance(str(release), "libcutover_verify.so", sys.executable, 0, 60, log)
+    assert not second.passed
+    assert re.fullmatch(r"an acceptance run of this release is still running on the host \(pid \d+, started "
+                        r"[-0-9: ]+\), probably from a stage that was cut off: wait for it to end \(its log: "
+                        + re.escape(log) + r"\), then stage again", second.summary), second.summary
+    assert not Path(log).exists()  # the first run's log is untouched (here: never created)
+    with acceptance.exclusive_run(log) as busy:
+        assert busy is None  # free again once the first run ended
+
+
 def test_a_serving_python_that_does_not_exist_is_refused(release: Path, tmp_path: Path):
     result = acceptance.run_acceptance(str(release), "libcutover_verify.so", str(tmp_path / "no-python"), 0, 60,
                                        str(tmp_path / "acceptance.log"))
