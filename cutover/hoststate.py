@@ -383,14 +383,22 @@ class HostState:
 
     # verdicts and divergence ----------------------------------------------------------------------------
     def latest_verdict(self) -> dict | None:
+        """The verdict of the shadow run phase.json names (the one promote trusts) when the host has it, else
+        the newest by name: run ids start with the operator's clock, so the last name need not be the last run."""
         names = [n for n in self.transport.listdir(self.paths.verdicts) if n.endswith(".json")]
         if not names:
             return None
-        text = self.transport.read_text(f"{self.paths.verdicts}/{names[-1]}")
+        try:
+            run_id = self.read_phase().run_id
+        except HostError:
+            run_id = None  # a corrupt phase file names no run
+        if not run_id or f"{run_id}.json" not in names:
+            run_id = names[-1][:-5]
+        text = self.transport.read_text(self.paths.verdict(run_id))
         try:
             verdict = json.loads(text or "")
         except ValueError:
-            return {"run_id": names[-1][:-5], "verdict": "unreadable"}
+            return {"run_id": run_id, "outcome": "unreadable", "verdict": "unreadable"}
         return verdict if isinstance(verdict, dict) else None
 
     def recent_divergence(self) -> dict[int, dict]:

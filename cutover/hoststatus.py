@@ -43,6 +43,7 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
             "release_id": beat.release_id if beat else None,
             "kernel": beat.kernel if beat else None,
             "reason": beat.reason if beat else None,
+            "stopped": beat.stopped if beat else False,
             "pid": beat.pid if beat else None,
         })
     current = transport.readlink(host.paths.current)
@@ -63,7 +64,8 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
         "previous_release": previous.rsplit("/", 1)[-1] if previous else None,
         "serving": any(r["live"] for r in ranks),
         "ranks": ranks,
-        "lock": ({**asdict(lock), "remaining_s": round(lock.expires_at - now, 1)} if lock else None),
+        "lock": ({**asdict(lock), "remaining_s": round(lock.expires_at - now, 1), "description": lock.describe(now)}
+                 if lock else None),
         "last_journal": state.last_journal_entry(),
         "verdict": state.latest_verdict(),
         "divergence": {str(rank): summary for rank, summary in state.recent_divergence().items()},

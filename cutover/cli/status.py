@@ -25,13 +25,6 @@ def _lease(status: dict) -> str:
     return f"{left:.0f}s left" if left > 0 else f"expired {-left:.0f}s ago"
 
 
-def _lock(lock) -> str:
-    if not lock:
-        return "free"
-    left = lock["remaining_s"]
-    return f"{lock['owner']} ({lock['action']}, " + (f"{left:.0f}s left)" if left > 0 else "expired)")
-
-
 def _journal(entry) -> str:
     if not entry:
         return "-"
@@ -40,9 +33,10 @@ def _journal(entry) -> str:
 
 
 def _verdict(verdict) -> str:
+    """The run's outcome (passed, failed, aborted), its run id and release."""
     if not verdict:
         return "-"
-    return " ".join(str(verdict[k]) for k in ("verdict", "run_id", "release_id") if verdict.get(k))
+    return " ".join(str(verdict[k]) for k in ("outcome", "run_id", "release_id") if verdict.get(k))
 
 
 def _hosts_table(statuses: list[dict]) -> Table:
@@ -60,7 +54,8 @@ def _hosts_table(statuses: list[dict]) -> Table:
         if s["effective_mode"] and s["effective_mode"] != s["requested_mode"]:
             requested += f" -> {s['effective_mode']} (lease expired)"
         table.add_row(s["host"], s["phase"]["phase"], requested, active, s["current_release"] or "-", _lease(s),
-                      _lock(s["lock"]), _journal(s["last_journal"]), _verdict(s["verdict"]))
+                      s["lock"]["description"] if s["lock"] else "free", _journal(s["last_journal"]),
+                      _verdict(s["verdict"]))
     return table
 
 
@@ -73,13 +68,33 @@ def _ranks_table(statuses: list[dict]) -> Table:
         for r in s["ranks"]:
             div = s["divergence"].get(str(r["rank"])) or {}
             beat = ("none" if r["heartbeat_age_s"] is None
-                    else _age(r["heartbeat_age_s"]) + ("" if r["live"] else " (stale)"))
-            table.add_row(s["host"], str(r["rank"]), r["mode_active"] or "-", str(r["generation_seen"] or "-"),
+                    else _age(r["heartbeat_age_s"]) + ("" if r["live"] or r["stopped"] else " (stale)"))
+            active = "stopped" if r["stopped"] else r["mode_active"] or "-"
+            table.add_row(s["host"], str(r["rank"]), active, str(r["generation_seen"] or "-"),
                           r["release_id"] or "-", beat, r["kernel"] or "-",
                           f"{div['rel_l2_max']:.2e}" if div.get("rel_l2_max") is not None else "-",
                           f"{div['max_abs']:.2e}" if div.get("max_abs") is not None else "-",
                           str(div.get("nonfinite", "-")))
     return table
+
+
+def _phase_notes(statuses: list[dict]) -> list[str]:
+    """Why a host's phase shows as unknown (its phase.json could not be read)."""
+    return [s["phase_error"] for s in statuses if s.get("phase_error")]
+
+
+def _rank_notes(statuses: list[dict]) -> list[str]:
+    """Why a rank's active mode differs from what control.json asks, as its heartbeat says; one line per host
+    and reason (an expired lease gives every rank the same one)."""
+    notes = []
+    for s in statuses:
+        ranks_by_reason: dict[str, list[str]] = {}
+        for r in s.get("ranks", []):
+            if r["reason"]:
+                ranks_by_reason.setdefault(r["reason"], []).append(str(r["rank"]))
+        notes += [f"host {s['host']} rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}: {reason}"
+                  for reason, ranks in ranks_by_reason.items()]
+    return notes
 
 
 CLOCK_NOTE_S = 1.0  # a host clock this far from ours is worth a line under the table
@@ -95,6 +110,11 @@ def _clock_notes(statuses: list[dict]) -> list[str]:
     return notes
 
 
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        common.console.print(note, markup=False, highlight=False, soft_wrap=True)  # one line each, for grep
+
+
 def status(
     ctx: typer.Context,
     inventory: common.InventoryOpt = None,
@@ -105,8 +125,10 @@ def status(
 ) -> None:
     """Show what every host and every rank is doing now.
 
-    Per host: phase, requested mode, release, lease remaining, lock, last journal entry, latest verdict.
-    Per rank (from heartbeats): active mode, generation seen, release, heartbeat age, recent divergence.
+    Per host: phase, requested mode, release, lease remaining, lock (owner, pid and machine), last journal
+    entry, latest verdict (passed, failed or aborted). Per rank (from heartbeats): active mode (or stopped),
+    generation seen, release, heartbeat age, recent divergence. Lines under the tables say why a phase is
+    unknown and why a rank runs another mode than the one asked.
     Read-only. Exits 4 if a host cannot be reached (the others are still shown).
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
@@ -115,9 +137,9 @@ def status(
         common.print_json({"hosts": statuses})
     else:
         common.console.print(_hosts_table(statuses))
+        _print_notes(_phase_notes(statuses))
         common.console.print(_ranks_table(statuses))
-        for note in _clock_notes(statuses):
-            common.console.print(note)
+        _print_notes(_rank_notes(statuses) + _clock_notes(statuses))
     unreachable = [s for s in statuses if not s["reachable"]]
     if unreachable:
         raise HostError("; ".join(s["error"].splitlines()[0] for s in unreachable))

@@ -1,0 +1,172 @@
+"""`cutover status` table and JSON: the lock's holder, rank reasons and stopped ranks, a corrupt phase file, the
+verdict's outcome, and which verdict is the latest."""
+
+import json
+import time
+
+from cutover.cli.status import _rank_notes
+from cutover.hostlayout import Heartbeat
+from cutover.workflow.verdict import VerdictRecord
+
+from .test_hoststate import make_state
+
+UNCLEAN = ("previous process (pid 4242) exited uncleanly while armed in custom at generation 3; staying on "
+           "triton until a newer generation is written")
+
+
+def tables(output: str) -> list[list[list[str]]]:
+    """The rows of each rich table in `output` (hosts, then ranks), each row a list of its cells."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith("┏"):
+            found.append([])
+        elif line.startswith("│"):
+            found[-1].append([cell.strip() for cell in line.strip("│").split("│")])
+    return found
+
+
+def host_status(invoke, inventory) -> dict:
+    result = invoke("status", "-i", inventory, "--json")
+    assert result.exit_code == 0, result.stderr
+    (host,) = json.loads(result.stdout)["hosts"]
+    return host
+
+
+def status_table(invoke, inventory) -> str:
+    result = invoke("status", "-i", inventory)
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def write_beat(state_dir, rank: int, **fields) -> None:
+    beat = Heartbeat(**{"rank": rank, "pid": 4242 + rank, "host": "local", "mode_active": "triton",
+                        "generation_seen": 3, "release_id": "r1", "kernel": "cuda", "written_at": time.time(),
+                        **fields})
+    (state_dir / "runtime").mkdir(parents=True, exist_ok=True)
+    (state_dir / "runtime" / f"rank-{rank}.json").write_text(beat.to_json())
+
+
+def write_verdict(state_dir, run_id: str, outcome: str) -> None:
+    record = VerdictRecord(run_id=run_id, release_id="r1", hosts=["local"], outcome=outcome, reasons=["why"],
+                           started_at=0.0, ended_at=1.0, policy_source="default", actor="alice@test")
+    (state_dir / "verdicts").mkdir(parents=True, exist_ok=True)
+    (state_dir / "verdicts" / f"{run_id}.json").write_text(record.to_json())
+
+
+def write_phase(state_dir, run_id: str | None) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "phase.json").write_text(json.dumps({"phase": "shadow_passed", "release_id": "r1",
+                                                      "run_id": run_id}))
+
+
+def test_the_lock_is_shown_with_its_pid_and_machine(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "lock").write_text(json.dumps({
+        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 605,
+        "token": "bobs", "pid": 4242, "client": "laptop-bob"}))
+
+    lock = host_status(invoke, local_inventory)["lock"]
+    assert lock["description"] in ("bob@elsewhere (shadow, 605 s left, pid 4242 on laptop-bob)",
+                                   "bob@elsewhere (shadow, 604 s left, pid 4242 on laptop-bob)")
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[6] in ("bob@elsewhere (shadow, 605 s left, pid 4242 on laptop-bob)",
+                      "bob@elsewhere (shadow, 604 s left, pid 4242 on laptop-bob)")
+
+
+def test_a_free_lock_reads_free(invoke, local_inventory):
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[6] == "free"
+
+
+def test_a_ranks_reason_is_a_line_under_the_ranks_table_and_a_stopped_rank_says_so(invoke, local_inventory,
+                                                                                    state_dir):
+    write_beat(state_dir, 0, reason=UNCLEAN)
+    write_beat(state_dir, 1, counters={"stopped": 1})
+
+    ranks = host_status(invoke, local_inventory)["ranks"]
+    assert [(r["reason"], r["stopped"], r["live"]) for r in ranks] == [(UNCLEAN, False, True), ("", True, False)]
+
+    table = status_table(invoke, local_inventory)
+    (host_row,), (rank0, rank1) = tables(table)
+    assert host_row[3] == "1/2 triton"
+    assert rank0[:6] == ["local", "0", "triton", "3", "r1", "0s"]
+    assert rank1[:6] == ["local", "1", "stopped", "3", "r1", "0s"]
+    assert table.endswith(f"\nhost local rank 0: {UNCLEAN}\n")
+
+
+def test_a_stale_rank_is_still_marked_stale(invoke, local_inventory, state_dir):
+    write_beat(state_dir, 0)
+    write_beat(state_dir, 1)
+    beat = json.loads((state_dir / "runtime" / "rank-1.json").read_text())
+    (state_dir / "runtime" / "rank-1.json").write_text(json.dumps({**beat, "written_at": time.time() - 600}))
+    _, (rank0, rank1) = tables(status_table(invoke, local_inventory))
+    assert (rank0[2], rank0[5]) == ("triton", "0s")
+    assert (rank1[2], rank1[5]) == ("triton", "10m (stale)")
+
+
+def test_ranks_with_one_reason_share_a_line():
+    reason = "lease of generation 4 (shadow) expired at 2024-01-01T00:00:00Z; running triton until a newer " \
+             "generation arrives"
+    statuses = [{"host": "ct200", "reachable": True,
+                 "ranks": [{"rank": 0, "reason": reason}, {"rank": 1, "reason": reason}, {"rank": 2, "reason": ""},
+                           {"rank": 3, "reason": UNCLEAN}]},
+                {"host": "gone", "reachable": False, "error": "unreachable"}]
+    assert _rank_notes(statuses) == [f"host ct200 ranks 0, 1: {reason}", f"host ct200 rank 3: {UNCLEAN}"]
+
+
+def test_a_corrupt_phase_file_is_explained_under_the_hosts_table(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "phase.json").write_text("{torn")
+    error = (f"host local: {state_dir / 'phase.json'} is corrupt (Expecting property name enclosed in double "
+             "quotes: line 1 column 2 (char 1))")
+    assert host_status(invoke, local_inventory)["phase_error"] == error
+
+    table = status_table(invoke, local_inventory)
+    (row,), _ = tables(table)
+    assert row[1] == "unknown"
+    lines = table.splitlines()
+    hosts_table_end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    assert lines[hosts_table_end + 1] == error
+
+
+def test_an_aborted_shadow_run_shows_as_aborted(invoke, local_inventory, state_dir):
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    write_verdict(state_dir, "20240101T000000Z-aaaaaa", "aborted")
+
+    verdict = host_status(invoke, local_inventory)["verdict"]
+    assert (verdict["outcome"], verdict["run_id"]) == ("aborted", "20240101T000000Z-aaaaaa")
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[8] == "aborted 20240101T000000Z-aaaaaa r1"
+
+
+def test_status_shows_the_verdict_of_the_run_the_phase_names(invoke, local_inventory, state_dir):
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    write_verdict(state_dir, "20240101T000000Z-aaaaaa", "passed")
+    write_verdict(state_dir, "20990101T000000Z-ffffff", "failed")  # a laptop whose clock runs far ahead
+
+    assert host_status(invoke, local_inventory)["verdict"]["run_id"] == "20240101T000000Z-aaaaaa"
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[8] == "passed 20240101T000000Z-aaaaaa r1"
+
+
+def test_latest_verdict_falls_back_to_the_newest_by_name(local_inventory, state_dir):
+    state = make_state(local_inventory)
+    assert state.latest_verdict() is None
+    write_verdict(state_dir, "20240101T000000Z-aaaaaa", "passed")
+    write_verdict(state_dir, "20240102T000000Z-bbbbbb", "failed")
+
+    assert state.latest_verdict()["run_id"] == "20240102T000000Z-bbbbbb"  # no phase file
+    write_phase(state_dir, "20240103T000000Z-cccccc")  # a run whose verdict this host never got
+    assert state.latest_verdict()["run_id"] == "20240102T000000Z-bbbbbb"
+    (state_dir / "phase.json").write_text("{torn")
+    assert state.latest_verdict()["run_id"] == "20240102T000000Z-bbbbbb"
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    assert state.latest_verdict()["run_id"] == "20240101T000000Z-aaaaaa"
+
+
+def test_an_unreadable_verdict_of_the_phases_run_says_so(invoke, local_inventory, state_dir):
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    write_verdict(state_dir, "20240102T000000Z-bbbbbb", "passed")
+    (state_dir / "verdicts" / "20240101T000000Z-aaaaaa.json").write_text("{torn")
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[8] == "unreadable 20240101T000000Z-aaaaaa"
