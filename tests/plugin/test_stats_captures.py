@@ -102,3 +102,159 @@ def test_replay_cli_prints_each_error(runtime, paths, write_control):
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     assert len(document["rows"]) == 4 and all(r["rel_l2"] < 1e-2 for r in document["rows"])
+
+
+# -- what a rerun ran: the kernel library's release and SGLang's version (cutover/replay.py) --------------------
+
+
+def fake_release(root, release_id: str, content: bytes = b"not really a library"):
+    """<root>/releases/<id>/libcutover_verify.so with a manifest.json listing it; returns the library path."""
+    from cutover.hostlayout import sha256_file
+
+    directory = root / "releases" / release_id
+    directory.mkdir(parents=True)
+    library = directory / "libcutover_verify.so"
+    library.write_bytes(content)
+    manifest = {"release_id": release_id, "library": library.name, "files": {library.name: sha256_file(str(library))}}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return library
+
+
+def test_library_release_reads_the_manifest_beside_the_resolved_library(tmp_path):
+    from cutover.replay import library_release
+
+    library = fake_release(tmp_path, "rel-a")
+    (tmp_path / "current").symlink_to(library.parent)
+    assert library_release(tmp_path / "current" / library.name) == ("rel-a", "release rel-a")
+    library.write_bytes(b"rebuilt in place")
+    release_id, identity = library_release(library)
+    assert release_id is None and "differs from the sha256" in identity
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / library.name).write_bytes(b"a dev build")
+    assert library_release(build / library.name) == (None, f"not a release: no manifest.json beside "
+                                                           f"{(build / library.name).resolve()}")
+
+
+@pytest.fixture
+def capture_of_release(runtime, paths, write_control, tmp_path):
+    """A capture file recorded under release rel-a (the CPU runtime records none: set as a host would)."""
+    shadow_calls(runtime, write_control, layers=(3,), steps=1)
+    capture = load_capture(os.path.join(paths.captures, os.listdir(paths.captures)[0]))
+    capture["release_id"] = "rel-a"
+    path = tmp_path / "rank-0-layer-3-1.pt"
+    torch.save(capture, path)
+    return str(path)
+
+
+@pytest.fixture
+def rerun_library(monkeypatch, tmp_path):
+    """use(release_id): replay's reruns are the CPU references, labelled as if the library of release_id
+    (a fake release under tmp_path/releases/) had loaded: the CUDA path's provenance logic, without a GPU."""
+    import cutover.replay as replay_mod
+
+    def use(release_id: str):
+        library = tmp_path / "releases" / release_id / "libcutover_verify.so"
+        if not library.exists():
+            fake_release(tmp_path, release_id)
+        cpu = replay_mod._kernels("cpu")
+        cpu.library = str(library)
+        cpu.library_release, cpu.library_identity = replay_mod.library_release(library)
+        monkeypatch.setattr(replay_mod, "_kernels", lambda device: cpu)
+        monkeypatch.setenv("CUTOVER_ROOT", str(tmp_path))  # where the hint finds the capture's release
+        return library
+
+    return use
+
+
+def test_replay_refuses_a_library_of_another_release_and_names_both(capture_of_release, rerun_library, tmp_path):
+    rerun_library("rel-a")  # the capture's release is here too, so the hint names its library's path
+    rerun_library("rel-b")
+    with pytest.raises(ReplayError) as raised:
+        replay_capture(capture_of_release)
+    message = str(raised.value)
+    assert "taken under release rel-a" in message and "(release rel-b)" in message
+    assert f"CUTOVER_KERNEL_LIB={tmp_path / 'releases' / 'rel-a' / 'libcutover_verify.so'}" in message
+    assert "--allow-release-mismatch" in message
+    result = replay_capture(capture_of_release, allow_release_mismatch=True)
+    assert result.kernel_library_release == "rel-b" and result.release_id == "rel-a"
+    assert len(result.warnings) == 1 and "rel-a" in result.warnings[0] and "rel-b" in result.warnings[0]
+    assert [r.implementation for r in result.rows if r.source == "rerun"][1].endswith("(release rel-b)")
+
+
+def test_replay_of_the_capture_s_release_has_no_warning(capture_of_release, rerun_library):
+    library = rerun_library("rel-a")
+    result = replay_capture(capture_of_release)
+    assert result.warnings == [] and (result.kernel_library, result.kernel_library_release) == (str(library), "rel-a")
+
+
+def test_replay_refuses_a_library_that_is_not_a_release(capture_of_release, rerun_library, tmp_path):
+    fake_release(tmp_path, "rel-a").write_bytes(b"rebuilt in place")  # a dev build over the release's file
+    rerun_library("rel-a")
+    with pytest.raises(ReplayError, match="differs from the sha256"):
+        replay_capture(capture_of_release)
+
+
+def test_replay_cli_prints_the_library_its_release_and_the_mismatch_warning(capture_of_release, rerun_library):
+    import typer
+    from typer.testing import CliRunner
+
+    from cutover.cli import replay
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    replay.register(app)
+    library = rerun_library("rel-b")
+    refused = CliRunner().invoke(app, ["replay", capture_of_release])
+    assert refused.exit_code != 0 and isinstance(refused.exception, ReplayError)
+    table = CliRunner().invoke(app, ["replay", capture_of_release, "--allow-release-mismatch"])
+    assert table.exit_code == 0, table.output
+    assert "captured under release rel-a" in table.output
+    assert f"custom rerun: kernel library {library} (release rel-b)" in table.output
+    warning = [line for line in table.output.splitlines() if line.startswith("WARNING: ")]
+    assert len(warning) == 1 and "release rel-a" in warning[0] and "(release rel-b)" in warning[0]
+    document = CliRunner().invoke(app, ["replay", capture_of_release, "--allow-release-mismatch", "--json"])
+    assert document.exit_code == 0
+    parsed = json.loads(document.stdout)
+    assert (parsed["release_id"], parsed["kernel_library"], parsed["kernel_library_release"]) == (
+        "rel-a", str(library), "rel-b")
+    assert len(parsed["warnings"]) == 1 and "WARNING: " in document.stderr
+
+
+def test_cuda_rerun_names_the_loaded_library_and_the_sglang_version(monkeypatch, tmp_path):
+    """_kernels("cuda") wiring without a GPU: SGLang's kernel and the library load are stubbed."""
+    import types
+
+    import cutover.plugin.hooks as hooks
+    import cutover.replay as replay_mod
+    from kernel_ext import _lib
+
+    library = fake_release(tmp_path, "rel-a")
+    monkeypatch.setattr(hooks, "resolve_stock_kernel", lambda: (reference_extend_attention_fwd, "sglang.x"))
+    monkeypatch.setattr(_lib, "load_library", lambda: types.SimpleNamespace(path=library))
+    monkeypatch.setattr(replay_mod, "_sglang_version", lambda: "0.5.99")
+    kernels = replay_mod._kernels("cuda")
+    assert (kernels.library, kernels.library_release, kernels.sglang_version) == (str(library), "rel-a", "0.5.99")
+    assert kernels.stock_name == "sglang.x.extend_attention_fwd"
+    warnings = replay_mod._check_provenance({"release_id": "rel-a", "stock_kernel": "sglang.y.extend_attention_fwd"},
+                                            kernels, False)
+    assert len(warnings) == 1 and "sglang.y.extend_attention_fwd" in warnings[0] and "0.5.99" in warnings[0]
+
+
+def test_cuda_replay_without_sglang_or_library_says_what_to_install(monkeypatch, tmp_path):
+    import cutover.plugin.hooks as hooks
+    import cutover.replay as replay_mod
+    from kernel_ext import _lib
+
+    def missing():
+        raise ImportError("No module named 'sglang'")
+
+    monkeypatch.setattr(hooks, "resolve_stock_kernel", missing)
+    with pytest.raises(ReplayError, match="pip install sglang"):
+        replay_mod._kernels("cuda")
+    monkeypatch.setattr(hooks, "resolve_stock_kernel", lambda: (reference_extend_attention_fwd, "sglang.x"))
+    monkeypatch.setattr(_lib, "_loaded", None)
+    monkeypatch.setenv(_lib.LIB_ENV, str(tmp_path / "absent.so"))
+    with pytest.raises(ReplayError, match="no kernel library") as raised:
+        replay_mod._kernels("cuda")
+    assert raised.value.hint and _lib.LIB_ENV in raised.value.hint
