@@ -1,5 +1,11 @@
 """Inventory and config loading: the packaged inventories load; bad input names file and field."""
 
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +168,123 @@ def test_missing_serving_port_is_named_when_it_is_needed(tmp_path):
     assert str(caught.value) == (f"{inventory}: host 'local': field 'serving_port' is missing\n"
                                  "  fix: set the HTTP port of the serving process (SGLang or the sandbox) in the "
                                  "host's or a group's vars, e.g. serving_port: 30001")
+
+
+# -- variable precedence: what Ansible itself resolves -------------------------------------------------------
+
+SGLANG_BASE = {"cutover_root": "/opt/cutover", "cutover_state_dir": "/var/lib/cutover", "serving_kind": "sglang",
+               "serving_service": "sglang.service", "serving_python": "/usr/bin/python3", "serving_port": 30000,
+               "tp_size": 8, "gpu_arch": "sm_120", "gpu_check_device": 0, "tag": "all"}
+
+
+def multi_group_inventory(path: Path) -> Path:
+    """Hosts in several groups at once: listed under `all.hosts` and again in a child group, nested children,
+    same-depth conflicts, a group deepened by a second parent, a top-level group outside `all`, a group priority,
+    the implicit `ungrouped` group and a host listed twice with its own variables."""
+    path.write_text(yaml.safe_dump({
+        "all": {
+            "vars": SGLANG_BASE,
+            "hosts": {"h1": None, "h2": {"serving_port": 31002}, "h5": None},
+            "children": {
+                "prod": {
+                    "vars": {"cutover_root": "/srv/prod-cutover", "gpu_check_device": 3, "tag": "prod"},
+                    "hosts": {"h1": None, "h2": None},
+                    "children": {
+                        "prod_eu": {"vars": {"cutover_state_dir": "/var/lib/eu", "tag": "prod_eu"},
+                                    "hosts": {"h3": None},
+                                    "children": {"aa_deep": None}},
+                    },
+                },
+                "zeta": {"vars": {"serving_port": 32000, "tp_size": 4, "tag": "zeta"},
+                         "hosts": {"h2": None, "h3": None}},
+                "alpha": {"vars": {"gpu_check_device": 7, "tp_size": 2, "tag": "alpha"},
+                          "hosts": {"h1": None, "h2": None}},
+                "aa_deep": {"vars": {"cutover_root": "/srv/deep", "tag": "aa_deep"}, "hosts": {"h4": None}},
+                "beta": {"vars": {"ansible_group_priority": 5, "gpu_check_device": 5, "tag": "beta"},
+                         "hosts": {"h3": None}},
+            },
+        },
+        # a top-level group nobody lists as a child: a child of `all`, at depth 1
+        "edge": {"vars": {"tag": "edge", "tp_size": 1}, "hosts": {"h4": {"serving_port": 34000}, "h3": None}},
+        # listed again at the top: the later host variables win, the group's vars merge with its first listing
+        "prod": {"vars": {"serving_python": "/opt/prod/python"}, "hosts": {"h1": {"serving_port": 31001}}},
+        "ungrouped": {"vars": {"tag": "ungrouped", "tp_size": 6}},
+    }))
+    return path
+
+
+def test_host_in_several_groups_gets_ansibles_precedence(tmp_path):
+    """The reviewed case (a host under `all.hosts` and under a child group) and the rest of Ansible's order:
+    all < groups by depth, then ansible_group_priority, then name < the host's own vars."""
+    inventory = config.load_inventory(str(multi_group_inventory(tmp_path / "inv.yml")))
+    by_name = {h.name: h.vars for h in inventory.hosts}
+    pick = ("cutover_root", "cutover_state_dir", "gpu_check_device", "serving_port", "tp_size", "serving_python",
+            "tag")
+    got = {name: tuple(by_name[name][key] for key in pick) for name in sorted(by_name)}
+    assert got == {
+        # prod (depth 1) beats all; alpha sorts before prod at depth 1, so prod wins; host vars win last
+        "h1": ("/srv/prod-cutover", "/var/lib/cutover", 3, 31001, 2, "/opt/prod/python", "prod"),
+        # zeta sorts after prod and alpha: its vars win among the three; the host's own serving_port wins
+        "h2": ("/srv/prod-cutover", "/var/lib/cutover", 3, 31002, 4, "/opt/prod/python", "zeta"),
+        # prod_eu (depth 2) beats zeta and edge (depth 1); beta's priority 5 puts it after prod at depth 1
+        "h3": ("/srv/prod-cutover", "/var/lib/eu", 5, 32000, 4, "/opt/prod/python", "prod_eu"),
+        # aa_deep is also prod_eu's child, so depth 3: it beats edge (depth 1) and the inherited prod vars
+        "h4": ("/srv/deep", "/var/lib/eu", 3, 34000, 1, "/opt/prod/python", "aa_deep"),
+        # only in `all`: Ansible puts it in `ungrouped`
+        "h5": ("/opt/cutover", "/var/lib/cutover", 0, 30000, 6, "/usr/bin/python3", "ungrouped"),
+    }
+    assert "ansible_group_priority" not in by_name["h3"]
+    assert inventory.groups["prod"] == ["h1", "h2", "h3", "h4"] and inventory.groups["aa_deep"] == ["h4"]
+    assert [h.name for h in inventory.select("edge")] == ["h4", "h3"]  # rollout order
+    # the copy handed to the playbooks carries the same values as the CLI uses
+    handed = inventory.ansible_inventory(inventory.hosts)["all"]["hosts"]
+    assert handed["h1"]["cutover_root"] == "/srv/prod-cutover" and handed["h1"]["gpu_check_device"] == 3
+
+
+def ansible_inventory_cli() -> str | None:
+    beside = Path(sys.executable).parent / "ansible-inventory"
+    return str(beside) if beside.exists() else shutil.which("ansible-inventory")
+
+
+@pytest.mark.skipif(ansible_inventory_cli() is None, reason="ansible-inventory (ansible-core) is not installed")
+def test_resolution_matches_ansible_inventory_host(tmp_path):
+    """Every variable `ansible-inventory --host` resolves for a host, cutover resolves to the same value."""
+    path = multi_group_inventory(tmp_path / "inv.yml")
+    inventory = config.load_inventory(str(path))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_INVENTORY_ENABLED": "yaml",
+           "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+           "ANSIBLE_NOCOLOR": "1"}
+    for host in inventory.hosts:
+        done = subprocess.run([ansible_inventory_cli(), "-i", str(path), "--host", host.name], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        expected = json.loads(done.stdout)
+        assert expected["tag"] != "all"  # the inventory exercises group precedence for every host
+        assert {key: host.vars.get(key) for key in expected} == expected, host.name
+
+
+def test_group_loops_and_bad_priorities_are_named(tmp_path):
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"vars": SGLANG_BASE, "children": {
+        "a": {"hosts": {"h": None}, "children": {"b": {"children": {"a": None}}}}}}}))
+    with pytest.raises(ConfigError, match="group 'a': child group 'b' makes a loop of groups"):
+        config.load_inventory(str(path))
+    path.write_text(yaml.safe_dump({"all": {"vars": SGLANG_BASE, "children": {
+        "a": {"hosts": {"h": None}, "vars": {"ansible_group_priority": "high"}}}}}))
+    with pytest.raises(ConfigError, match="group 'a': field 'ansible_group_priority' must be an integer, found 'high'"):
+        config.load_inventory(str(path))
+
+
+@pytest.mark.parametrize("known_hosts,expected", [
+    ("/home/ops/.ssh/known_hosts", "UserKnownHostsFile=/home/ops/.ssh/known_hosts"),
+    # ssh reads whitespace there as a list of files: the path goes in double quotes, the option in shell quotes
+    ("/home/ops/My Keys/known_hosts", 'UserKnownHostsFile="/home/ops/My Keys/known_hosts"'),
+])
+def test_known_hosts_path_reaches_ansibles_ssh_as_one_argument(tmp_path, known_hosts, expected):
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"vars": SGLANG_BASE,
+                                            "hosts": {"h": {"cutover_known_hosts": known_hosts}}}}))
+    (host,) = config.load_inventory(str(path)).hosts
+    # Ansible's ssh connection splits ansible_ssh_common_args with shlex.split
+    assert shlex.split(host.vars["ansible_ssh_common_args"]) == ["-o", expected, "-o", "StrictHostKeyChecking=yes"]
+    assert host.known_hosts == known_hosts  # paramiko's side reads the plain path
