@@ -10,16 +10,19 @@ either the old or the new release current, never a half-copied one, and a re-run
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from cutover import ansible
 from cutover.config import DEFAULT_SERIAL, Host, Inventory, Settings
-from cutover.errors import ConfigError, CutoverError, HostError
+from cutover.errors import ConfigError, CutoverError, HostError, LockHeldError
 from cutover.hoststate import HostState, LockRecord
+from cutover.pluginwheel import kernel_ext_mismatches
 from cutover.release import Release
 from cutover.transport import open_transport
 
@@ -40,6 +43,8 @@ class StageReport:
     check: bool
     hosts: list[HostStage] = field(default_factory=list)
     restart_declined: list[str] = field(default_factory=list)
+    restart_reasons: dict[str, list[str]] = field(default_factory=dict)  # host -> why serving needs a restart
+    locks_lost: list[str] = field(default_factory=list)  # stage locks another operator took while the stage ran
 
     @property
     def failed(self) -> list[HostStage]:
@@ -57,11 +62,12 @@ def preflight_message(outcome: ansible.HostOutcome) -> str:
 
 
 def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, release: Release, *,
-                  check: bool, confirm_restart: Callable[[list[str]], bool], say: Callable[[str], None],
+                  check: bool, confirm_restart: Callable[[dict[str, list[str]]], bool], say: Callable[[str], None],
                   verbose: bool = False) -> StageReport:
     """Stage `release` on `hosts` (rollout order). Raises before changing anything if a host's phase or
-    lock forbids it or preflight fails; per-host failures of the stage itself are in the report."""
-    _check_plugin_wheels(hosts)
+    lock forbids it (also a lock taken over while the restart prompt waited) or preflight fails; per-host
+    failures of the stage itself, and locks lost while it ran, are in the report."""
+    _check_plugin_wheels(hosts, release)
     report = StageReport(release.release_id, check, [HostStage(h.name) for h in hosts])
     by_name = {h.name: h for h in report.hosts}
     with ExitStack() as stack:
@@ -78,19 +84,29 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
         reachable = [h for h in hosts if h.name in states]
         if not reachable:
             return report
-        restart = _hosts_to_restart(states, release.release_id)
+        report.restart_reasons = _hosts_to_restart(states, release.release_id)
+        restart = list(report.restart_reasons)
         if restart and not check:
-            if confirm_restart(restart):
-                say(f"will restart serving on {', '.join(restart)} to load {release.release_id}")
+            if confirm_restart(report.restart_reasons):
+                say(f"will restart serving on {describe_restarts(report.restart_reasons)} to load "
+                    f"{release.release_id}")
             else:
                 report.restart_declined, restart = restart, []
-        with keep_locks():
+        # The prompt may have outlasted lock_ttl_s: a lock another operator took meanwhile stops the stage here
+        # (LockHeldError naming the holder), before anything changed.
+        for name, lock in locks.items():
+            states[name].renew_lock(lock, settings.lock_ttl_s)
+        with keep_locks() as lost:
             preflight = ansible.run_playbook("preflight.yml", inventory, reachable, check=check, verbose=verbose,
                                              extravars=preflight_extravars(release))
+        if lost:
+            raise LockHeldError("; ".join(lost) + "; nothing was changed",
+                                hint="run `cutover status` to see who acts on these hosts")
         _judge_preflight(preflight, reachable, states, release, check=check, say=say)
-        with keep_locks():
+        with keep_locks() as lost:
             result = ansible.run_playbook("stage.yml", inventory, reachable, check=check, verbose=verbose,
                                           extravars=stage_extravars(release, settings, restart, inventory.serial))
+        report.locks_lost = lost  # the stage ran: its hosts are reported, then the command fails (cli/stage.py)
         for host in reachable:
             _record(by_name[host.name], result.hosts[host.name], host.name in restart, check)
             if by_name[host.name].gpu_check:
@@ -115,12 +131,23 @@ def stage_extravars(release: Release, settings: Settings, restart: list[str],
     }
 
 
-def _check_plugin_wheels(hosts: list[Host]) -> None:
+def _check_plugin_wheels(hosts: list[Host], release: Release) -> None:
+    """Every wheel a host installs exists and carries the release's kernel_ext Python (cutover/pluginwheel.py)."""
     for host in hosts:
         wheel = host.vars.get("cutover_plugin_wheel")
-        if host.manages_plugin and not os.path.isfile(wheel):
-            raise ConfigError(f"{host.inventory_file}: host {host.name!r}: field 'cutover_plugin_wheel': {wheel} "
-                              f"does not exist", hint="build it with `pip wheel --no-deps -w dist/wheels .`")
+        if not host.manages_plugin:
+            continue
+        where = f"{host.inventory_file}: host {host.name!r}: field 'cutover_plugin_wheel': {wheel}"
+        rebuild = "build it with `pip wheel --no-deps -w dist/wheels .`"
+        if not os.path.isfile(wheel):
+            raise ConfigError(f"{where} does not exist", hint=rebuild)
+        differing = kernel_ext_mismatches(wheel, release.manifest["files"])
+        if differing:
+            raise ConfigError(
+                f"{where} carries other kernel_ext code than release {release.release_id} "
+                f"({', '.join(differing)}): serving would run Python around the kernel library that the release's "
+                f"acceptance never ran",
+                hint=f"{rebuild} from the checkout that built the release (or `cutover build` the wheel's checkout)")
 
 
 def _connect(hosts: list[Host], settings: Settings, stack: ExitStack, by_name: dict[str, HostStage],
@@ -148,22 +175,26 @@ def preflight_extravars(release: Release) -> dict:
 def _locks_kept(states: dict[str, HostState], locks: dict[str, LockRecord], ttl_s: float,
                 say: Callable[[str], None]):
     """Renew `locks` every third of `ttl_s` from a background thread while a playbook runs: the GPU check and
-    the restarts of a rollout can outlast any fixed lock. A failed renewal is reported when the playbook ends
-    (stopping Ansible half-way would leave more to explain)."""
-    stop, problems = threading.Event(), []
+    the restarts of a rollout can outlast any fixed lock. Yields the list of failed renewals (one per host),
+    complete once the block ends: they are said then (stopping Ansible half-way would leave more to explain),
+    and the caller fails the command on them."""
+    stop, problems, lost = threading.Event(), [], set()
 
     def renew() -> None:
         while not stop.wait(ttl_s / 3):
             for name, lock in locks.items():
+                if name in lost:
+                    continue  # a lost lock stays lost: named once
                 try:
                     states[name].renew_lock(lock, ttl_s)
                 except CutoverError as err:
+                    lost.add(name)
                     problems.append(f"{name}: the stage lock could not be renewed: {err.message}")
 
     keeper = threading.Thread(target=renew, name="cutover-stage-lock", daemon=True)
     keeper.start()
     try:
-        yield
+        yield problems
     finally:
         stop.set()
         keeper.join()
@@ -190,9 +221,35 @@ def _judge_preflight(preflight: ansible.PlaybookResult, hosts: list[Host], state
                 say(f"{host.name}: {result['note']}")
 
 
-def _hosts_to_restart(states: dict[str, HostState], release_id: str) -> list[str]:
-    """Hosts whose serving process (if any) does not have this release loaded on every rank."""
-    return [name for name, state in states.items() if state.serving_release() != release_id]
+RELEASE_NOT_LOADED, PLUGIN_CHANGED = "release not loaded", "plugin wheel changed"
+
+
+def _hosts_to_restart(states: dict[str, HostState], release_id: str) -> dict[str, list[str]]:
+    """Why each host's serving needs a restart: its process (if any) does not have this release loaded on every
+    rank, or stage installs another plugin wheel (a reinstall under a live process does not reach its ranks)."""
+    reasons = {}
+    for name, state in states.items():
+        why = [RELEASE_NOT_LOADED] if state.serving_release() != release_id else []
+        if _plugin_wheel_changed(state):
+            why.append(PLUGIN_CHANGED)
+        if why:
+            reasons[name] = why
+    return reasons
+
+
+def _plugin_wheel_changed(state: HostState) -> bool:
+    """Whether the host's installed-wheel marker (written by stage.yml) differs from the local wheel's sha1, the
+    checksum the playbook's copy module records there."""
+    if not state.host.manages_plugin:
+        return False
+    marker = state.transport.read_text(str(PurePosixPath(state.paths.cutover_root, "wheels", "installed.sha1")))
+    wheel = Path(state.host.vars["cutover_plugin_wheel"]).read_bytes()
+    return (marker or "").strip() != hashlib.sha1(wheel, usedforsecurity=False).hexdigest()
+
+
+def describe_restarts(reasons: dict[str, list[str]]) -> str:
+    """'host1 (release not loaded), host2 (plugin wheel changed)'."""
+    return ", ".join(f"{name} ({', '.join(why)})" for name, why in reasons.items())
 
 
 def _record(line: HostStage, outcome: ansible.HostOutcome, restarting: bool, check: bool) -> None:

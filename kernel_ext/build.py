@@ -18,14 +18,22 @@ from pathlib import Path
 
 ABI_VERSION = 3  # must equal CUTOVER_ABI_VERSION in csrc/cutover_verify.h (checked by _abi_version_in_header)
 
-# Minimum NVIDIA driver for code built by CUDA 13.0: NVIDIA's CUDA 13.0 release notes, table "CUDA Toolkit and
-# Corresponding Driver Versions" (Linux x86_64: >= 580.65.06). CUDA minor-version compatibility lets a 13.x
-# build run on any 13.0-era driver; the library embeds PTX for compute_120 only, so older drivers cannot JIT it.
-MIN_DRIVER = "580.65.06"
+# The minimum Linux x86_64 NVIDIA driver for a library built by each CUDA toolkit (nvcc major.minor): the GA rows
+# of "CUDA Toolkit and Corresponding Driver Versions" in NVIDIA's CUDA toolkit release notes. The library embeds
+# PTX (for the newest arch), which a driver can JIT only if it knows that toolkit's PTX ISA, and the PTX ISA
+# changes with major.minor, not with an update: so the GA row of the minor is the floor, whatever the update.
+# The table starts at 12.8 on purpose: sm_120 (CT200, in DEFAULT_ARCHS) needs CUDA >= 12.8. An nvcc it does
+# not list is refused (min_driver); add its row from the release notes, after checking that nvcc compiles
+# every arch of DEFAULT_ARCHS.
+MIN_DRIVER_BY_CUDA = {
+    (12, 8): "570.26",
+    (12, 9): "575.51.03",
+    (13, 0): "580.65.06",
+}
 
 LIBRARY_NAME = "libcutover_verify.so"
 CSRC = Path(__file__).resolve().parent / "csrc"
-DEFAULT_ARCHS = ("sm_90a", "sm_120")
+DEFAULT_ARCHS = ("sm_90a", "sm_120")  # the one default: `cutover build` (cutover/release.py) uses it too
 NVCC_ENV = "CUTOVER_NVCC"
 
 
@@ -63,6 +71,22 @@ def nvcc_version(nvcc: str | None = None) -> str:
     if not match:
         raise KernelBuildError(f"could not read the version from '{exe} --version' output: {out.strip()[:200]}")
     return match.group(1)
+
+
+def min_driver(version: str) -> str:
+    """The minimum NVIDIA driver for a library built by nvcc `version` (e.g. '13.0.88' -> '580.65.06')."""
+    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)*", version)
+    if not match:
+        raise KernelBuildError(f"nvcc version {version!r} is not of the form major.minor[.patch]")
+    cuda = (int(match.group(1)), int(match.group(2)))
+    if cuda not in MIN_DRIVER_BY_CUDA:
+        known = ", ".join(f"{major}.{minor}" for major, minor in sorted(MIN_DRIVER_BY_CUDA))
+        raise KernelBuildError(
+            f"nvcc {version} is CUDA {cuda[0]}.{cuda[1]}, whose minimum NVIDIA driver is not known to cutover "
+            f"(known: {known}); add CUDA {cuda[0]}.{cuda[1]}'s minimum Linux driver to MIN_DRIVER_BY_CUDA in "
+            "kernel_ext/build.py (NVIDIA's CUDA toolkit release notes, \"CUDA Toolkit and Corresponding Driver "
+            "Versions\", its GA row), or build with a listed nvcc")
+    return MIN_DRIVER_BY_CUDA[cuda]
 
 
 def _gencode_flags(archs: tuple[str, ...] | list[str]) -> tuple[list[str], str]:
@@ -125,7 +149,8 @@ def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "build")
-    parser.add_argument("--arch", action="append", help="target arch (repeatable); default sm_90a and sm_120")
+    parser.add_argument("--arch", action="append",
+                        help=f"target arch (repeatable); default {' and '.join(DEFAULT_ARCHS)}")
     parser.add_argument("--nvcc", help=f"nvcc to use (default: ${NVCC_ENV}, then PATH)")
     parser.add_argument("--define", action="append", default=[],
                         help="preprocessor macro of a diagnostic build (repeatable), e.g. CUTOVER_PHASE_TIMES")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cutover import deploy, release
 from cutover.cli import common
-from cutover.errors import HostError
+from cutover.errors import HostError, LockHeldError
 
 
 def stage(
@@ -34,8 +34,8 @@ def stage(
     Per host: lock, preflight (GPU arch, driver, serving env, disk), copy and verify sha256 on the host,
     run the release's GPU parity subset on the host's GPU (inventory: gpu_check, gpu_check_device,
     gpu_check_timeout_s), switch current/previous atomically, install the plugin, control.json in mode
-    triton, and restart serving only where it does not run this release yet and you agree (--yes or a
-    prompt).
+    triton, and restart serving only where it does not run this release yet (or its plugin wheel changed) and
+    you agree (--yes or a prompt).
     Staging the same release again changes nothing. --check reports without changing anything.
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
@@ -44,11 +44,12 @@ def stage(
           + (" (check mode: nothing will change)" if check else ""))
     report = deploy.stage_release(
         c.inventory, c.hosts, c.settings, rel, check=check, say=c.say, verbose=c.ansible_output,
-        confirm_restart=lambda names: c.confirm(
-            f"Restart serving on {', '.join(names)} so it loads release {rel.release_id}?"))
+        confirm_restart=lambda reasons: c.confirm(
+            f"Restart serving on {deploy.describe_restarts(reasons)} so it loads release {rel.release_id}?"))
     if c.options.json:
         common.print_json({"release_id": report.release_id, "check": check,
-                           "restart_declined": report.restart_declined,
+                           "restart_declined": report.restart_declined, "restart_reasons": report.restart_reasons,
+                           "locks_lost": report.locks_lost,
                            "hosts": [vars(h) for h in report.hosts]})
     else:
         table = Table("host", "result", "changed", "restarted", "detail", title=f"stage {report.release_id}")
@@ -56,12 +57,22 @@ def stage(
             table.add_row(line.name, line.outcome, str(line.changed), "yes" if line.restarted else "no",
                           line.message)
         common.console.print(table)
-        if report.restart_declined:
+        declined = {name: report.restart_reasons[name] for name in report.restart_declined}
+        not_loaded = [name for name, why in declined.items() if deploy.RELEASE_NOT_LOADED in why]
+        old_plugin = [name for name, why in declined.items() if deploy.PLUGIN_CHANGED in why]
+        if not_loaded:
             common.console.print(
-                f"not restarted (no --yes): serving on {', '.join(report.restart_declined)} does not run "
+                f"not restarted (no --yes): serving on {', '.join(not_loaded)} does not run "
                 f"release {report.release_id} yet; it stays in mode triton. `cutover stage --yes` restarts it")
+        if old_plugin:
+            common.console.print(
+                f"not restarted (no --yes): serving on {', '.join(old_plugin)} keeps the old plugin until "
+                f"restarted. `cutover stage --yes` restarts it")
         if all(h.outcome == "already staged" for h in report.hosts):
             common.console.print(f"release {report.release_id} is already staged on every host: nothing changed")
+    if report.locks_lost:  # another operator may act on these hosts now: that comes before any host's failure
+        raise LockHeldError("the stage ran, but its lock was lost: " + "; ".join(report.locks_lost),
+                            hint="run `cutover status` to see who acts on these hosts before going on")
     if report.failed:
         raise HostError("stage did not complete on " + ", ".join(
             f"{h.name} ({h.outcome}: {h.message})" for h in report.failed),

@@ -29,6 +29,7 @@ options:
     pre-releases and dev builds of SGLang are refused"}
   path: {type: path, required: true, description: "cutover_root: where the release will be written"}
   min_free_mb: {type: int, default: 512, description: "free space needed on path's filesystem"}
+  needs_pip: {type: bool, default: false, description: "stage installs the plugin with `serving_python -m pip`"}
 """
 
 PROBE = (
@@ -123,6 +124,18 @@ def probe_python(serving_python):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def pip_check(serving_python):
+    """Whether `serving_python -m pip` works: stage installs the plugin wheel with exactly that command."""
+    out = subprocess.run([serving_python, "-m", "pip", "--version"], capture_output=True, text=True, timeout=120,
+                         check=False, cwd="/")
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    found = lines[-1] if lines else "exit status %d" % out.returncode
+    ok = out.returncode == 0
+    fix = "" if ok else ("install pip into that environment: `%s -m ensurepip`, or `uv pip install --python %s pip`"
+                         % (serving_python, serving_python))
+    return check("pip of the serving python", "`%s -m pip --version` works" % serving_python, found, ok, fix)
+
+
 def free_mb(path):
     probe = path
     while not os.path.exists(probe):
@@ -191,6 +204,7 @@ def main():
             "sglang_max": {"type": "str", "default": "0.5.23"},
             "path": {"type": "path", "required": True},
             "min_free_mb": {"type": "int", "default": 512},
+            "needs_pip": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -200,6 +214,8 @@ def main():
     free = free_mb(params["path"])
     checks = gpu_checks(params, gpus or [])
     checks += serving_checks(params, env)
+    if params["needs_pip"] and env is not None:  # a broken python is already named by serving_checks
+        checks.append(pip_check(params["serving_python"]))
     checks.append(check("free disk (MB)", ">= %d at %s" % (params["min_free_mb"], params["path"]), str(free),
                         free >= params["min_free_mb"]))
     facts = {"gpus": [{"arch": g[0], "driver": g[1], "name": g[2]} for g in gpus or []],

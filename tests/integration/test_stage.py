@@ -228,6 +228,26 @@ def test_a_different_build_of_the_same_release_id_is_refused_and_named(cli, ssh_
     assert_staged(ssh_hosts.host("host1"), release)
 
 
+def test_a_release_directory_without_a_manifest_is_refused_naming_it(cli, ssh_hosts, inventory_file, release,
+                                                                     tmp_path):
+    # what an interrupted `rm -rf` of a damaged release leaves: its directory, damaged bytes, no manifest
+    old, new = release, second_release(release, tmp_path)
+    assert stage(cli, inventory_file, old).returncode == 0
+    leftover = ssh_hosts.host("host2")
+    plant_damaged_copy(leftover, new)
+    directory = leftover.cutover_root / "releases" / new.name
+    (directory / "manifest.json").unlink()
+
+    result = stage(cli, inventory_file, new)
+
+    assert result.returncode == EXIT_HOST
+    assert (f"{directory} exists on the host without a manifest.json (an interrupted removal or copy?); nothing "
+            f"was switched (remove {directory} on the host, then stage again)") in report(result)["host2"]["message"]
+    assert leftover.current_release() == old.name, "current must not move to unverified bytes"
+    assert sorted(p.name for p in (leftover.cutover_root / "releases").iterdir()) == sorted([old.name, new.name])
+    assert_staged(ssh_hosts.host("host1"), new)
+
+
 def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_hosts, inventory_file, release, tmp_path):
     copy = tmp_path / release.name
     shutil.copytree(release, copy)
@@ -235,7 +255,7 @@ def test_corrupted_local_release_is_refused_before_any_host_is_touched(cli, ssh_
 
     result = stage(cli, inventory_file, copy)
 
-    assert result.returncode == EXIT_BUILD
+    assert result.returncode == EXIT_CONFIG
     assert "sha256" in error_line(result) and manifest(release)["library"] in error_line(result)
     for host in ssh_hosts.hosts:
         assert_untouched(host)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import click
@@ -153,7 +154,7 @@ def test_corrupted_local_release_is_refused_before_touching_the_host(invoke, loc
     library = json.loads((copy / "manifest.json").read_text())["library"]
     corrupt(copy / library)
     result = invoke("stage", "-i", local_inventory, "--release", copy)
-    assert result.exit_code == 3
+    assert result.exit_code == 2  # a bad input file (cutover/release.py says why), not "the kernel did not build"
     assert result.stderr == (f"error: release {release.name}: {library} does not match its sha256 in the manifest\n"
                              "  fix: the file was changed after the build: rebuild with `cutover build`\n")
     assert not (tmp_path / "root").exists() and not (tmp_path / "state").exists()
@@ -262,6 +263,24 @@ def test_missing_plugin_wheel_is_named_before_anything_changes(invoke, tmp_path,
     assert not (tmp_path / "state").exists()
 
 
+def test_a_wheel_with_other_kernel_ext_code_than_the_release_is_refused(invoke, tmp_path, release, wheel):
+    edited = tmp_path / wheel.name
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(edited, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            target.writestr(item, data + b"# changed after the release was built\n"
+                            if item.filename == "kernel_ext/api.py" else data)
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, cutover_install_plugin=True,
+                                cutover_plugin_wheel=str(edited))
+    result = invoke("stage", "-i", inventory, "--release", release)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        f"error: {inventory}: host 'local': field 'cutover_plugin_wheel': {edited} carries other kernel_ext code "
+        f"than release {release.name} (api.py): serving would run Python around the kernel library that the "
+        "release's acceptance never ran\n")
+    assert not (tmp_path / "state").exists()
+
+
 def test_compile_error_leaves_nothing_behind(invoke, tmp_path):
     nvcc = tmp_path / "nvcc"  # the real nvcc, handed one source file that does not exist
     nvcc.write_text('#!/bin/sh\nif [ "$1" = --version ]; then exec nvcc --version; fi\n'
@@ -341,7 +360,7 @@ def test_stage_of_a_manifest_without_a_field_names_it_and_touches_nothing(invoke
                                                                           field, problem, wanted):
     release = hand_made_release(tmp_path, **{k: v for k, v in GOOD_MANIFEST.items() if k != field})
     result = invoke("stage", "-i", local_inventory, "--release", release)
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert result.stderr == (f"error: {release / 'manifest.json'}: field '{field}' {problem}\n"
                              f"  fix: rebuild the release with `cutover build`; {field} must be {wanted}\n")
     assert not (tmp_path / "root").exists() and not (tmp_path / "state").exists()
@@ -350,7 +369,7 @@ def test_stage_of_a_manifest_without_a_field_names_it_and_touches_nothing(invoke
 def test_stage_of_a_manifest_with_no_files_is_refused(invoke, local_inventory, tmp_path):
     release = hand_made_release(tmp_path, **{**GOOD_MANIFEST, "files": {}})
     result = invoke("stage", "-i", local_inventory, "--release", release)
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {release / 'manifest.json'}: field 'files' must be a non-empty mapping "
                                     "of file name to sha256, which every host verifies the release against, found {}")
     assert not (tmp_path / "root").exists()

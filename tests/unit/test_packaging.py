@@ -24,8 +24,9 @@ def test_installed_wheel_resolves_its_own_resources(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); from cutover import resources; "
+             "from checks.policy import DEFAULT_POLICY_PATH; "
              "print(resources.playbook('stage.yml')); print(resources.inventories_dir() / 'local.yml'); "
-             "print(resources.policies_dir() / 'default.yml')")
+             "print(DEFAULT_POLICY_PATH)")  # the path `cutover shadow` and `promote` load their default from
     out = subprocess.run([sys.executable, "-c", probe, str(site)], capture_output=True, text=True, check=True)
     paths = [Path(line) for line in out.stdout.splitlines()]
     for path in paths:

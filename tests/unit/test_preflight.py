@@ -1,10 +1,15 @@
 """The preflight module's version checks (playbooks/library/cutover_preflight.py): PEP 440 order, with
-SGLang's pre-releases and dev builds refused and the rule stated in the failed check."""
+SGLang's pre-releases and dev builds refused and the rule stated in the failed check; and the pip that stage
+installs the plugin with."""
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import write_inventory
 
 MODULE = Path(__file__).resolve().parents[2] / "playbooks" / "library" / "cutover_preflight.py"
 SPEC = importlib.util.spec_from_file_location("cutover_preflight", MODULE)
@@ -64,3 +69,37 @@ def test_serving_python_must_be_310_or_newer(python, ok):
     env = {"python": python, "sglang": "0.5.13", "torch": "2.11.0"}
     (check,) = [c for c in preflight.serving_checks(PARAMS, env) if c["fact"] == "serving python version"]
     assert check["ok"] is ok
+
+
+@pytest.fixture
+def python_without_pip(tmp_path) -> Path:
+    """A serving python without pip, as a uv-made venv is: stage installs the plugin with `python -m pip`."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=300)
+    return tmp_path / "venv" / "bin" / "python"
+
+
+def test_a_serving_python_without_pip_is_named_with_the_fix(python_without_pip):
+    python = str(python_without_pip)
+    check = preflight.pip_check(python)
+    assert (check["ok"], check["fact"], check["expected"]) == (False, "pip of the serving python",
+                                                              f"`{python} -m pip --version` works")
+    assert check["found"] == f"{python}: No module named pip"
+    assert check["note"] == (f"install pip into that environment: `{python} -m ensurepip`, or "
+                             f"`uv pip install --python {python} pip`")
+
+
+def test_a_serving_python_with_pip_passes():
+    check = preflight.pip_check(sys.executable)
+    assert check["ok"] and check["found"].startswith("pip ") and check["note"] == ""
+
+
+def test_stage_refuses_a_plugin_host_whose_serving_python_has_no_pip(invoke, tmp_path, release, wheel,
+                                                                     python_without_pip):
+    python = python_without_pip
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, serving_python=str(python),
+                                cutover_install_plugin=True, cutover_plugin_wheel=str(wheel))
+    result = invoke("stage", "-i", inventory, "--release", release)
+    assert result.exit_code == 4
+    assert (f"host local: pip of the serving python: expected `{python} -m pip --version` works, found {python}: No "
+            f"module named pip (install pip into that environment: `{python} -m ensurepip`") in result.stderr
+    assert not (tmp_path / "root").exists()
