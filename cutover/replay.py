@@ -19,8 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cutover.errors import CutoverError
-
-MANIFEST = "manifest.json"  # cutover.release.MANIFEST (not imported: cutover.release is heavier than needed)
+from cutover.release import MANIFEST, releases_dir
 
 
 class ReplayError(CutoverError):
@@ -114,7 +113,7 @@ def release_library_path(release_id: str) -> str:
     from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT
 
     dirs = [Path(os.environ.get(CUTOVER_ROOT_ENV) or DEFAULT_CUTOVER_ROOT) / "releases",
-            Path(os.environ.get("CUTOVER_RELEASES_DIR") or "dist/releases")]
+            releases_dir()]
     for directory in dirs:
         if (directory / release_id / LIBRARY_NAME).is_file():
             return str((directory / release_id / LIBRARY_NAME).resolve())
