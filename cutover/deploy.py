@@ -30,7 +30,7 @@ from cutover.transport import open_transport
 @dataclass
 class HostStage:
     name: str
-    outcome: str = "pending"  # staged | already staged | would stage | unchanged (check) | failed | unreachable
+    outcome: str = "pending"  # staged | already staged | would change | unchanged (--check) | failed | unreachable
     changed: int = 0
     restarted: bool = False
     message: str = ""
