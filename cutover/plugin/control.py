@@ -50,13 +50,21 @@ class ControlState:
         self.refuse_up_to = refuse_up_to_generation
         self.unclean_reason = unclean_reason
         self.unavailable = ""  # set when this process cannot run the custom path at all
+        self.release_id: str | None = None  # the release this process loaded (None: none)
         self._ignored_generation: int | None = None
 
     def observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:
         """Fold one read of control.json (``record``, or None with ``problem``) into a decision."""
         decision = self._observe(record, problem, now)
-        if decision.mode != "triton" and self.unavailable:
+        if decision.mode == "triton":
+            return decision
+        if self.unavailable:
             return Decision("triton", 1, f"custom path unavailable: {self.unavailable}")
+        asked_for = self.applied.release_id if self.applied else None
+        if asked_for and asked_for != self.release_id:  # the kernel it would run is not the one judged
+            return Decision("triton", 1, f"control.json asks for {decision.mode} with release {asked_for}, but "
+                                         f"this process loaded {self.release_id or 'no release'}: restart serving "
+                                         f"to load it (`cutover stage --yes`)")
         return decision
 
     def _observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:

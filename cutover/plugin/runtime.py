@@ -68,6 +68,7 @@ class PluginRuntime:
             loop_args["prepare_thread"] = isolate_from_other_threads_captures  # SGLang captures meanwhile
         self.control = ControlLoop(paths, rank, self._apply, self._tick, **loop_args)
         self.control.state.unavailable = self.unavailable
+        self.control.state.release_id = self.release_id
         self._next_drain = 0.0
         self._next_idle_line = 0.0
         self._started = False

@@ -53,6 +53,22 @@ class HostPlan:
 
 
 @dataclass
+class Refusal:
+    """Why a host may not be promoted, and what to do. `forceable`: --force may override it (a missing or failed
+    shadow verdict: journaled); never where the host does not serve the staged release with every rank."""
+
+    reason: str
+    fix: str
+    forceable: bool = True
+
+    def line(self) -> str:
+        return f"{self.reason} (fix: {self.fix})"
+
+
+SHADOW_FIX = "run `cutover shadow` for the staged release until it passes (or --force, journaled)"
+
+
+@dataclass
 class HostPromotion:
     host: str
     outcome: str  # "promoted", "already promoted", "rolled back"
@@ -60,23 +76,26 @@ class HostPromotion:
 
 
 def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
-    """Check every host; raise PhaseError naming each refused host unless --force."""
+    """Check every host; raise PhaseError naming each refused host, with its fix (--force overrides only the
+    forceable refusals)."""
     plans, refusals = [], []
     for link in links:
         plan, refusal = _plan_host(link)
-        if refusal and not force:
+        if refusal and (not force or not refusal.forceable):
             refusals.append(refusal)
-        plan.override = refusal or ""
+        plan.override = refusal.reason if refusal else ""
         plans.append(plan)
     if refusals:
+        hard = force and any(not r.forceable for r in refusals)
         raise PhaseError(
-            "promote refused, nothing was changed:\n  " + "\n  ".join(refusals),
-            hint="run `cutover shadow` for the staged release until it passes (or --force, journaled)",
+            "promote refused, nothing was changed:\n  " + "\n  ".join(r.line() for r in refusals),
+            hint=("--force overrides a missing or failed shadow verdict, never a host whose ranks do not all serve "
+                  "the staged release" if hard else "`cutover status` shows every host and rank"),
         )
     return plans
 
 
-def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
+def _plan_host(link: HostLink) -> tuple[HostPlan, Refusal | None]:
     phase = link.call(lambda st: st.read_phase())
     loaded = link.call(lambda st: st.serving_release())
     control = link.call(lambda st: st.read_control())
@@ -87,36 +106,40 @@ def _plan_host(link: HostLink) -> tuple[HostPlan, str | None]:
             off_custom = [v for v in link.call(lambda st: st.ranks()) if v.heartbeat.mode_active != "custom"]
             if off_custom:  # e.g. a rank restarted after a crash: it refuses the generation it had armed
                 first = off_custom[0]
-                return plan, (
+                return plan, Refusal(
                     f"host {link.name}: promoted, but rank {first.rank} runs {first.heartbeat.mode_active} "
-                    f"({first.heartbeat.reason or 'no reason given'}): run `cutover rollback` on it, find the cause, "
-                    "then shadow and promote again (`cutover promote --force` after the rollback skips the shadow, "
-                    "journaled)"
-                )
+                    f"({first.heartbeat.reason or 'no reason given'})",
+                    "run `cutover rollback` on it, find the cause, then shadow and promote again (`cutover promote "
+                    "--force` after the rollback skips the shadow, journaled)", forceable=False)
             plan.action = "already promoted"
             return plan, None
     if loaded is None:
-        return plan, (
-            f"host {link.name}: not every rank is heartbeating: the serving process is down or "
-            f"the plugin is not loaded"
-        )
+        return plan, Refusal(
+            f"host {link.name}: not every rank is heartbeating: the serving process is down or the plugin is not "
+            "loaded", "start serving (`cutover stage --yes` restarts it); `cutover status` shows each rank's "
+            "reason", forceable=False)
     if loaded != phase.release_id:
-        return plan, f"host {link.name}: release {phase.release_id} is staged but the ranks run {loaded}"
+        return plan, Refusal(f"host {link.name}: release {phase.release_id} is staged but the ranks run {loaded}",
+                             "restart serving so it loads the staged release (`cutover stage --yes`)",
+                             forceable=False)
+    if phase.phase == "promoted":  # not leaseless custom: a promote stopped after its watch, before the last flip
+        return plan, Refusal(f"host {link.name}: phase is promoted but control.json asks for "
+                             f"{control.mode if control else 'nothing'}"
+                             + (" under a lease" if control and control.lease_expires_at else ""),
+                             "run `cutover rollback` on it, then shadow and promote again (or `cutover promote "
+                             "--force`, journaled, to watch and promote it again)")
     if phase.phase != "shadow_passed" or not phase.run_id:
-        return (
-            plan,
-            f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has not passed shadow",
-        )
+        return plan, Refusal(f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has "
+                             "not passed shadow", SHADOW_FIX)
     text = link.call(lambda st: st.transport.read_text(st.paths.verdict(phase.run_id)))
     try:
         verdict = json.loads(text or "")
     except ValueError:
-        return plan, f"host {link.name}: the verdict of shadow run {phase.run_id} is missing or unreadable"
+        return plan, Refusal(f"host {link.name}: the verdict of shadow run {phase.run_id} is missing or unreadable",
+                             SHADOW_FIX)
     if not verdict.get("passed") or verdict.get("release_id") != loaded:
-        return plan, (
-            f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
-            f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})"
-        )
+        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
+                             f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})", SHADOW_FIX)
     plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
     return plan, None
 
@@ -128,7 +151,7 @@ def recheck_before_flip(link: HostLink, checked: HostPlan) -> HostPlan:
     what it overrode at the start."""
     plan, refusal = _plan_host(link)
     plan.override = checked.override
-    changed = refusal if refusal and refusal != checked.override else None
+    changed = refusal.reason if refusal and refusal.reason != checked.override else None
     if not changed and plan.generation != checked.generation:
         changed = (f"host {link.name}: control.json moved from generation {checked.generation} to "
                    f"{plan.generation} since promote checked it: someone acted on the host")

@@ -145,3 +145,21 @@ def test_control_thread_acknowledges_within_a_poll(paths, write_control):
     finally:
         rt.stop()
     assert heartbeat(paths).counters["stopped"] == 1 and heartbeat(paths).mode_active == "triton"
+
+
+def test_a_request_for_another_release_than_the_one_loaded_runs_triton_and_says_so():
+    """promote and shadow name the release they judged; a rank that loaded another (serving not restarted after
+    a stage) must not run that one's kernel in its place."""
+    from cutover.hostlayout import ControlRecord
+
+    state = ControlState()
+    state.release_id = "0123456789-aaaaaa"
+    asked = ControlRecord(mode="custom", generation=2, release_id="0123456789-bbbbbb")
+    decision = state.observe(asked, "", time.time())
+    assert decision.mode == "triton"
+    assert decision.reason == ("control.json asks for custom with release 0123456789-bbbbbb, but this process "
+                               "loaded 0123456789-aaaaaa: restart serving to load it (`cutover stage --yes`)")
+    same = ControlRecord(mode="custom", generation=3, release_id="0123456789-aaaaaa")
+    assert state.observe(same, "", time.time()).mode == "custom"
+    unnamed = ControlRecord(mode="shadow", generation=4)  # a request that names no release (an older cutover)
+    assert state.observe(unnamed, "", time.time()).mode == "shadow"

@@ -85,9 +85,33 @@ def test_already_promoted_is_a_no_op_plan(tmp_path):
     write_control(host, mode="custom", generation=5)
     write_heartbeats(host, mode="custom", generation=5)
     assert plan(host)[0].action == "already promoted"
-    write_control(host, mode="custom", generation=5, lease_expires_at=9e9)  # still under its watch lease
-    with pytest.raises(PhaseError, match="has not passed shadow"):
+    write_control(host, mode="custom", generation=5, lease_expires_at=9e9)  # a promote stopped before its last flip
+    with pytest.raises(PhaseError, match="host h1: phase is promoted but control.json asks for custom under a lease "
+                                         r"\(fix: run `cutover rollback` on it, then shadow and promote again"):
         plan(host)
+    assert plan(host, force=True)[0].action == "promote"  # --force watches and promotes it again (journaled)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda h: write_heartbeats(h, release_id="rel-b"),
+         "host h1: release rel-a is staged but the ranks run rel-b (fix: restart serving so it loads the staged "
+         "release (`cutover stage --yes`))"),
+        (lambda h: write_heartbeats(h) or _age_heartbeats(h),
+         "host h1: not every rank is heartbeating: the serving process is down or the plugin is not loaded (fix: "
+         "start serving"),
+    ],
+)
+def test_force_never_flips_a_host_that_does_not_serve_the_staged_release(tmp_path, change, expected):
+    host = passed_host(tmp_path)
+    write_phase(host, "staged")  # no shadow either: --force would override that alone
+    change(host)
+    with pytest.raises(PhaseError) as caught:
+        plan(host, force=True)
+    assert expected in str(caught.value)
+    assert "has not passed shadow" not in str(caught.value)  # what --force overrides is not listed
+    assert caught.value.hint.startswith("--force overrides a missing or failed shadow verdict, never a host")
 
 
 def test_a_promoted_host_whose_ranks_fell_back_is_not_already_promoted(tmp_path):
