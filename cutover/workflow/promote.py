@@ -180,19 +180,36 @@ def run_promote(
     lock_ttl = max(60.0, 4 * options.lease_ttl_s)  # renewed with the lease: a killed CLI frees hosts soon
     with locked_links(hosts, settings, "promote", lock_ttl) as (links, locks):
 
-        def keep_locks() -> None:
+        def renew(link: HostLink) -> None:
+            link.call(lambda st: st.renew_lock(locks[link.name], lock_ttl))
+
+        def keep_locks(watched: HostLink) -> None:
+            """The watched host's lock must hold (else the watch stops); another host's is renewed as it can be:
+            its own turn renews it first and stops the rollout there if it was lost."""
+            renew(watched)
             for link in links:
-                link.call(lambda st: st.renew_lock(locks[link.name], lock_ttl))
+                if link is not watched:
+                    try:
+                        renew(link)
+                    except CutoverError as err:
+                        say(f"{link.name}: its lock could not be renewed now ({err.message}); tried again later")
 
         plans = plan_promotion(links, options.force)
         results = []
         for link, checked in zip(links, plans):
+            try:
+                renew(link)
+            except CutoverError as err:
+                raise PhaseError(f"promote stopped before {link.name}, nothing changed there: its lock could not "
+                                 f"be renewed: {err.message}",
+                                 hint="read `cutover status`; the hosts promoted so far stay promoted") from err
             plan = recheck_before_flip(link, checked)
             if plan.action == "already promoted":
                 say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
                 results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))
                 continue
-            results.append(_promote_host(inventory, link, plan, settings, options, say, keep_locks))
+            results.append(_promote_host(inventory, link, plan, settings, options, say,
+                                         lambda watched=link: keep_locks(watched)))
         return results
 
 

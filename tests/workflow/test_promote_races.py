@@ -170,3 +170,28 @@ def test_ctrl_c_again_during_the_rollback_of_a_stopped_promote_does_not_cut_it_s
 
     assert control(host)["mode"] == "triton"
     assert actions(host)[-1] == "promote_rolled_back"
+
+
+def test_a_later_hosts_lock_lost_during_the_watch_stops_before_it_and_keeps_the_canary(serving_hosts, tmp_path):
+    """Another operator takes h2 meanwhile: the canary's watch goes on (its own lock holds), and the rollout
+    stops before h2 with nothing changed there, instead of rolling the healthy canary back."""
+    canary, second = serving_hosts("h1", "h2")
+    inventory = Inventory(tmp_path / "inventory.yml", [canary, second])
+    said = []
+
+    def oncall_takes_h2(message):
+        said.append(message)
+        if message.startswith("h1: custom kernel live"):
+            os.unlink(second.paths.lock)
+            HostState(second, LocalTransport(second.name), ONCALL).acquire_lock("rollback", 600)
+
+    slower = options(tmp_path)
+    slower.watch_minutes = 0.06  # long enough for the lease and lock renewals during the watch
+    with pytest.raises(PhaseError, match="promote stopped before h2, nothing changed there: its lock could not be "
+                                         "renewed: .*oncall@elsewhere"):
+        run_promote(inventory, [canary, second], SETTINGS, slower, on_event=oncall_takes_h2)
+
+    assert any(m.startswith("h2: its lock could not be renewed now") for m in said), said  # during the watch
+    assert control(canary)["mode"] == "custom" and control(canary)["lease_expires_at"] is None
+    assert "promoted" in actions(canary)
+    assert control(second)["mode"] == "triton" and "promote_start" not in actions(second)
