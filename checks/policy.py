@@ -8,7 +8,7 @@ default). See docs/gates.md for what each threshold means and how the defaults w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import yaml
@@ -166,3 +166,72 @@ def load_policy(path: str | Path | None = None) -> Policy:
             f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})",
         )
     return Policy(source=source, shadow=shadow, promote=built["promote"])
+
+
+# Which way each shadow threshold tightens, for `looser_than`: AT_MOST limits (a larger value lets more through)
+# and AT_LEAST minimums (a smaller value lets more through). Every ShadowPolicy field must be listed here: a new
+# field without a direction makes `looser_than` refuse to run (and tests/workflow/test_policy_binding.py fail),
+# so whoever adds a threshold decides how promote compares it.
+AT_MOST = "at most"
+AT_LEAST = "at least"
+SHADOW_DIRECTIONS = {
+    "min_duration_s": AT_LEAST,
+    "min_compared_calls": AT_LEAST,
+    "rel_l2_p99": AT_MOST,
+    "rel_l2_max": AT_MOST,
+    "max_abs": AT_MOST,
+    "max_nonfinite": AT_MOST,
+    "truth_anchor_k": AT_MOST,  # err_custom <= k * err_triton + floor: a larger k admits more
+    "truth_anchor_floor": AT_MOST,
+    "truth_anchor_min_samples": AT_LEAST,
+    "max_silence_s": AT_MOST,
+    "max_unclean_restarts": AT_MOST,
+}
+
+
+def shadow_thresholds(shadow: ShadowPolicy) -> dict:
+    """The shadow section as a plain dict (every field), as a verdict records it (`VerdictRecord.policy_shadow`)."""
+    return asdict(shadow)
+
+
+def _shown(value: float | int) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def looser_than(recorded: dict | None, policy: ShadowPolicy) -> list[str]:
+    """One line per shadow threshold where `recorded` (the thresholds a verdict was judged under, as
+    `shadow_thresholds` wrote them) lets through more than `policy` does; empty when the verdict was judged
+    at least as strictly on every field.
+
+    Fails closed: a verdict without recorded thresholds (written by an older cutover) gives one line saying
+    so; a field the record lacks, or holds no number for, gives a line for that field. Fields the record has
+    but `policy` does not know are ignored. Raises RuntimeError for a ShadowPolicy field with no direction
+    in SHADOW_DIRECTIONS, never guessing which way it tightens."""
+    unknown = [f.name for f in fields(ShadowPolicy) if SHADOW_DIRECTIONS.get(f.name) not in (AT_MOST, AT_LEAST)]
+    if unknown:
+        raise RuntimeError(
+            f"checks/policy.py: no direction for shadow field(s) {', '.join(unknown)} in SHADOW_DIRECTIONS: "
+            "say whether a larger value is looser (AT_MOST) or stricter (AT_LEAST)"
+        )
+    if recorded is None:
+        return ["shadow: the verdict records no thresholds (written by an older cutover), so it cannot be shown "
+                "to meet this policy"]
+    if not isinstance(recorded, dict):
+        return [f"shadow: the verdict's recorded thresholds are unreadable ({type(recorded).__name__}, "
+                "not a mapping)"]
+    lines = []
+    for f in fields(ShadowPolicy):
+        direction = SHADOW_DIRECTIONS[f.name]
+        current = getattr(policy, f.name)
+        need = f"this policy needs {direction} {_shown(current)}"
+        if f.name not in recorded:
+            lines.append(f"shadow.{f.name}: the verdict was judged without this threshold, {need}")
+            continue
+        value = recorded[f.name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            lines.append(f"shadow.{f.name}: the verdict records {value!r}, not a number, {need}")
+            continue
+        looser = value > current if direction == AT_MOST else value < current
+        if looser:
+            lines.append(f"shadow.{f.name}: the verdict was judged with {_shown(value)}, {need}")
+    return lines

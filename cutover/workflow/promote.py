@@ -18,7 +18,7 @@ from typing import Callable, NoReturn
 
 import requests
 
-from checks.policy import Policy
+from checks.policy import Policy, looser_than
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.rollback import rollback_hosts
@@ -75,12 +75,12 @@ class HostPromotion:
     detail: str
 
 
-def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
-    """Check every host; raise PhaseError naming each refused host, with its fix (--force overrides only the
-    forceable refusals)."""
+def plan_promotion(links: list[HostLink], force: bool, policy: Policy) -> list[HostPlan]:
+    """Check every host against `policy`; raise PhaseError naming each refused host, with its fix (--force
+    overrides only the forceable refusals)."""
     plans, refusals = [], []
     for link in links:
-        plan, refusal = _plan_host(link)
+        plan, refusal = _plan_host(link, policy)
         if refusal and (not force or not refusal.forceable):
             refusals.append(refusal)
         plan.override = refusal.reason if refusal else ""
@@ -95,7 +95,7 @@ def plan_promotion(links: list[HostLink], force: bool) -> list[HostPlan]:
     return plans
 
 
-def _plan_host(link: HostLink) -> tuple[HostPlan, Refusal | None]:
+def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None]:
     phase = link.call(lambda st: st.read_phase())
     loaded = link.call(lambda st: st.serving_release())
     control = link.call(lambda st: st.read_control())
@@ -140,16 +140,23 @@ def _plan_host(link: HostLink) -> tuple[HostPlan, Refusal | None]:
     if not verdict.get("passed") or verdict.get("release_id") != loaded:
         return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
                              f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})", SHADOW_FIX)
+    looser = looser_than(verdict.get("policy_shadow"), policy.shadow)
+    if looser:
+        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} was judged under a looser policy "
+                             f"({verdict.get('policy_source') or 'not recorded'}) than this one ({policy.source}): "
+                             + "; ".join(looser), f"shadow again under {policy.source}, or promote with the "
+                             "policy the run was judged under (--policy) if it is the one meant (or --force, "
+                             "journaled)")
     plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
     return plan, None
 
 
-def recheck_before_flip(link: HostLink, checked: HostPlan) -> HostPlan:
+def recheck_before_flip(link: HostLink, checked: HostPlan, policy: Policy) -> HostPlan:
     """The host checked again right before its flip: a rollout runs a watch per host, so minutes pass between
     the first check and a later host's turn. What changed since (a rollback by on-call, another release loaded,
     control.json moved on) stops the rollout there, with nothing changed on this host; --force overrides only
     what it overrode at the start."""
-    plan, refusal = _plan_host(link)
+    plan, refusal = _plan_host(link, policy)
     plan.override = checked.override
     changed = refusal.reason if refusal and refusal.reason != checked.override else None
     if not changed and plan.generation != checked.generation:
@@ -194,7 +201,7 @@ def run_promote(
                     except CutoverError as err:
                         say(f"{link.name}: its lock could not be renewed now ({err.message}); tried again later")
 
-        plans = plan_promotion(links, options.force)
+        plans = plan_promotion(links, options.force, options.policy)
         results = []
         for link, checked in zip(links, plans):
             try:
@@ -203,7 +210,7 @@ def run_promote(
                 raise PhaseError(f"promote stopped before {link.name}, nothing changed there: its lock could not "
                                  f"be renewed: {err.message}",
                                  hint="read `cutover status`; the hosts promoted so far stay promoted") from err
-            plan = recheck_before_flip(link, checked)
+            plan = recheck_before_flip(link, checked, options.policy)
             if plan.action == "already promoted":
                 say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
                 results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))

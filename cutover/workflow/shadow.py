@@ -21,7 +21,7 @@ from typing import Callable
 import requests
 
 from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
-from checks.policy import Policy
+from checks.policy import Policy, shadow_thresholds
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
 from cutover.hoststate import LockRecord
@@ -490,6 +490,7 @@ class _ShadowRun:
             started_at=self.started,
             ended_at=time.time(),
             policy_source=self.policy.source,
+            policy_shadow=shadow_thresholds(self.policy.shadow),
             actor=self.settings.operator,
             generations=dict(self.summary.generations),
             totals=self.summary.totals(),

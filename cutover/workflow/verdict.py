@@ -37,6 +37,10 @@ class VerdictRecord:
     totals: dict = field(default_factory=dict)
     gates: dict = field(default_factory=dict)  # checks.gates.Verdict.to_dict()
     baseline: dict[str, dict] = field(default_factory=dict)  # host -> server metrics measured during shadow
+    # The shadow thresholds the run was judged under (checks.policy.shadow_thresholds: every ShadowPolicy field),
+    # so promote can refuse a verdict judged under a looser policy (checks.policy.looser_than). None: a verdict
+    # written by an older cutover, which did not record them.
+    policy_shadow: dict | None = None
 
     @property
     def passed(self) -> bool:

@@ -3,6 +3,7 @@
 import json
 import time
 
+from checks.policy import load_policy, shadow_thresholds
 from cutover.config import Host, Settings
 from cutover.hostlayout import ControlRecord, Heartbeat, atomic_write_text
 
@@ -64,7 +65,8 @@ def write_control(host, mode="triton", generation=1, lease_expires_at=None, rele
     return record
 
 
-def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=None):
+def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=None, policy_file=None):
+    """A verdict as shadow writes it, judged under the policy of `policy_file` (default: the default policy)."""
     atomic_write_text(
         host.paths.verdict(run_id),
         json.dumps(
@@ -75,6 +77,8 @@ def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=N
                 "passed": outcome == "passed",
                 "verdict": "pass" if outcome == "passed" else "fail",
                 "baseline": {host.name: baseline or {}},
+                "policy_source": str(policy_file or "default"),
+                "policy_shadow": shadow_thresholds(load_policy(policy_file).shadow),
             }
         ),
     )

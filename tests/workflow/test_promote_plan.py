@@ -2,6 +2,7 @@
 refusal), and its watch names every kind of regression against the shadow baseline."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +28,8 @@ def passed_host(tmp_path, name="h1"):
     return host
 
 
-def plan(*hosts, force=False):
-    return plan_promotion([HostLink(host, SETTINGS) for host in hosts], force)
+def plan(*hosts, force=False, policy=None):
+    return plan_promotion([HostLink(host, SETTINGS) for host in hosts], force, policy or load_policy())
 
 
 def test_passed_release_is_planned_with_its_baseline(tmp_path):
@@ -90,6 +91,20 @@ def test_already_promoted_is_a_no_op_plan(tmp_path):
                                          r"\(fix: run `cutover rollback` on it, then shadow and promote again"):
         plan(host)
     assert plan(host, force=True)[0].action == "promote"  # --force watches and promotes it again (journaled)
+
+
+def test_a_verdict_judged_under_a_looser_policy_is_refused_naming_the_fields(tmp_path):
+    """A rehearsal's sandbox policy left in the environment must not let a 2-minute shadow promote prod."""
+    sandbox = Path(__file__).resolve().parents[2] / "checks" / "policies" / "sandbox.yml"
+    host = passed_host(tmp_path)
+    write_verdict(host, RUN, baseline={"verify_rate": 7.0}, policy_file=sandbox)
+    with pytest.raises(PhaseError) as caught:
+        plan(host)
+    message = str(caught.value)
+    assert f"host h1: shadow run {RUN} was judged under a looser policy ({sandbox}) than this one (" in message
+    assert "shadow.min_duration_s: the verdict was judged with 60" in message
+    assert plan(host, policy=load_policy(sandbox))[0].override == ""  # promoted under the policy it was judged by
+    assert "looser policy" in plan(host, force=True)[0].override  # --force overrides it, journaled
 
 
 @pytest.mark.parametrize(
