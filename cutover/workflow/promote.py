@@ -296,6 +296,8 @@ def unchecked_watch_checks(base: dict) -> str:
     if not missing:
         return ""
     why = "the shadow baseline has no value for it" if base else "there is no shadow baseline (forced promote)"
+    if base.get("verify_rate_note"):
+        why += f"; {base['verify_rate_note']}"
     return f"NOT CHECKED during the watch: {' and '.join(missing)} ({why})"
 
 

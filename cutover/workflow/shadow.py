@@ -495,7 +495,8 @@ class _ShadowRun:
             generations=dict(self.summary.generations),
             totals=self.summary.totals(),
             gates=verdict.to_dict() if verdict else {},
-            baseline={run.link.name: baseline(run.samples) for run in self.runs},
+            baseline={run.link.name: baseline(run.samples, driven_load=self.options.load is not None)
+                      for run in self.runs},
         )
         self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"

@@ -36,6 +36,19 @@ def test_baseline_rates_from_first_and_last_healthy_sample():
     assert baseline(samples[:1])["verify_rate"] is None
 
 
+def test_a_baseline_under_the_runs_own_load_keeps_no_verify_rate_and_says_why():
+    """promote watches without that load: the driven rate would read as a regression of a healthy host."""
+    from cutover.workflow.promote import unchecked_watch_checks
+
+    samples = [ServerSample(at=10.0, healthy=True, verify_steps_total=100, accept_length=2.0),
+               ServerSample(at=20.0, healthy=True, verify_steps_total=300, accept_length=3.0)]
+    driven = baseline(samples, driven_load=True)
+    assert driven["verify_rate"] is None and driven["accept_length"] == 2.5
+    assert unchecked_watch_checks(driven) == (
+        "NOT CHECKED during the watch: verify-step rate (the shadow baseline has no value for it; the shadow run "
+        "drove its own load (--load), so its rate is not the host's own traffic)")
+
+
 def write(tmp_path, text):
     path = tmp_path / "load.yml"
     path.write_text(text)
