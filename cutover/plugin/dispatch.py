@@ -14,7 +14,9 @@ whatever the mode (so one captured graph serves every mode):
 
 If our kernel does not serve the call shape (returns False: a static decision made from shapes, dtypes and
 flags, hence the same at capture and at every replay), stock runs with the real qo_indptr and nothing else
-is launched: that shape is Triton in every mode, and the heartbeat counts it under ``fallback_shapes``.
+is launched: that shape is Triton in every mode, and the heartbeat counts it under ``fallback_shapes``. A
+verify call whose arguments the dispatcher cannot read (fewer positional ones than SGLang has always passed)
+is SGLang's too; then the runtime refuses custom for good, the problem in its heartbeat.
 """
 
 from __future__ import annotations
@@ -64,13 +66,26 @@ class VerifyDispatcher:
     def __call__(self, *args, **kwargs):
         layer = _verify_layer.get()
         runtime = self.runtime
-        if layer is None or not runtime.active or len(args) < MIN_POSITIONAL_ARGS:
+        if layer is None or not runtime.active:
+            return self.stock(*args, **kwargs)
+        if len(args) < MIN_POSITIONAL_ARGS:  # o and qo_indptr cannot be found: SGLang changed its call
+            self._unreadable(len(args))
             return self.stock(*args, **kwargs)
         slots = runtime.state.slots(layer)
         if slots is None or args[QO_INDPTR_INDEX].device != runtime.state.device:
             runtime.note_problem(f"layer {layer}: outside the plugin's layer table or device; served by Triton")
             return self.stock(*args, **kwargs)
         return self._verify(layer, slots, args, kwargs)
+
+    def _unreadable(self, positional: int) -> None:
+        """A verify call in a form the dispatcher cannot read: SGLang serves it; noted once (heartbeat ``errors``)
+        and the runtime refuses custom from then on, the problem as its reason (nothing custom could run)."""
+        from cutover.plugin.hooks import refusal_reason
+
+        problem = (f"{self.stock_name} called with {positional} positional argument(s) in target verify; the "
+                   f"plugin reads at least {MIN_POSITIONAL_ARGS} (q_extend .. max_len_extend)")
+        self.runtime.note_problem(problem)
+        self.runtime.refuse(refusal_reason(problem))
 
     def _verify(self, layer, slots, args, kwargs):
         runtime = self.runtime

@@ -20,7 +20,9 @@ switch, all others contain SGLang's kernel alone.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -37,6 +39,8 @@ STOCK_KERNEL_MODULES = (
     "sglang.srt.layers.attention.triton_ops.extend_attention",  # 0.5.11-0.5.15
 )
 RANK_ENV = "CUTOVER_RANK"
+# where a rank process is still visible when the two hooks cannot be registered: every rank builds a ModelRunner
+MODEL_RUNNER_INIT = "sglang.srt.model_executor.model_runner.ModelRunner.__init__"
 
 _runtime = None
 _runtime_lock = threading.Lock()
@@ -44,7 +48,8 @@ _runtime_lock = threading.Lock()
 
 def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEND_CLASS}") -> None:
     """Register both AROUND hooks on ``backend_path`` (SGLang's TritonAttnBackend; the sandbox passes its
-    stand-in) with ``registry`` (default: SGLang's HookRegistry)."""
+    stand-in) with ``registry`` (default: SGLang's HookRegistry). Raises when the installed SGLang is not what
+    they hook (``load_plugin`` then calls ``register_refusal``)."""
     from sglang.srt.plugins.hook_registry import HookType
 
     if registry is None:
@@ -57,6 +62,50 @@ def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEN
     registry.register(f"{backend_path}.forward_extend", around_forward_extend, HookType.AROUND)
 
 
+@functools.lru_cache(maxsize=1)
+def sglang_version() -> str:
+    try:
+        return importlib.metadata.version("sglang")
+    except Exception:  # noqa: BLE001 - only for a message
+        return "(version unknown)"
+
+
+def refusal_reason(problem: str) -> str:
+    """The reason a rank gives in every heartbeat when the plugin cannot hook SGLang's verify calls there."""
+    return f"cutover could not hook SGLang {sglang_version()}: {problem}; serving runs Triton only"
+
+
+def refuse_process(model_runner, reason: str) -> None:
+    """Make this rank process visible although it never serves custom: its runtime (built now without a kernel
+    if there is none yet) runs triton and heartbeats ``reason``; a shadow or custom request is refused with it.
+    Never raises: if even that fails, SGLang's log is the only trace."""
+    try:
+        runtime = runtime_for_process(model_runner, unavailable=reason)
+        runtime.refuse(reason)
+        runtime.start()
+    except Exception as exc:  # noqa: BLE001 - the plugin must never stop SGLang from starting
+        log.warning("cutover: rank left on Triton without a heartbeat (%s): %s: %s", reason, type(exc).__name__, exc)
+
+
+def register_refusal(problem: str, registry=None, target: str = MODEL_RUNNER_INIT) -> str:
+    """After ``register_hooks`` failed: one AROUND hook on ``target`` (every rank process builds a ModelRunner)
+    that starts a runtime refusing custom with the reason, so every rank still heartbeats (``cutover stage`` sees
+    its ranks, ``cutover status`` shows why, shadow and promote fail with it). Returns the reason."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    if registry is None:
+        from sglang.srt.plugins.hook_registry import HookRegistry as registry
+    reason = refusal_reason(problem)
+
+    def around_model_runner_init(original, model_runner, *args, **kwargs):
+        result = original(model_runner, *args, **kwargs)
+        refuse_process(model_runner, reason)
+        return result
+
+    registry.register(target, around_model_runner_init, HookType.AROUND)
+    return reason
+
+
 def around_backend_init(original, backend, *args, **kwargs):
     """AROUND TritonAttnBackend.__init__: build the backend, then wrap its extend kernel (never raises)."""
     result = original(backend, *args, **kwargs)
@@ -64,12 +113,17 @@ def around_backend_init(original, backend, *args, **kwargs):
     try:
         install_on_backend(backend, runtime_for_process(model_runner))
     except Exception as exc:  # noqa: BLE001 - this rank keeps SGLang's kernel
-        log.warning("cutover: backend left on Triton: %s: %s", type(exc).__name__, exc)
+        refuse_process(model_runner, refusal_reason(f"installing on {type(backend).__name__} failed: "
+                                                    f"{type(exc).__name__}: {exc}"))
     return result
 
 
 def around_forward_extend(original, backend, *args, **kwargs):
-    """AROUND TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, ...): mark verify calls."""
+    """AROUND TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, ...): mark verify calls.
+
+    A call it cannot read (no forward_batch.forward_mode.is_target_verify(), no layer.layer_id) is served by
+    SGLang as it is, and this process refuses custom from then on with the problem in its heartbeat: the plugin
+    cannot tell which calls are target verify, so a heartbeat saying custom would not be true."""
     from cutover.plugin.dispatch import verify_site
 
     layer_id = None
@@ -78,23 +132,39 @@ def around_forward_extend(original, backend, *args, **kwargs):
         forward_batch = kwargs["forward_batch"] if "forward_batch" in kwargs else args[4]
         if forward_batch.forward_mode.is_target_verify():
             layer_id = int(layer.layer_id)
-    except Exception:  # noqa: BLE001 - an unexpected call form is simply not a verify call for us
+    except Exception as exc:  # noqa: BLE001 - SGLang serves the call; the rank says why it stays on Triton
         layer_id = None
+        _unreadable_call(backend, f"{BACKEND_CLASS}.forward_extend called in a form the plugin cannot read "
+                                  f"({type(exc).__name__}: {exc}): target-verify calls cannot be told apart")
     with verify_site(layer_id):
         return original(backend, *args, **kwargs)
+
+
+def _unreadable_call(backend, problem: str) -> None:
+    """A hooked call the plugin cannot read: noted (logged once, heartbeat ``errors``), and the runtime of
+    ``backend`` refuses custom with the first such problem as its reason."""
+    dispatcher = getattr(backend, "_cutover_dispatcher", None)
+    runtime = getattr(dispatcher, "runtime", None)
+    if runtime is None:
+        return  # not installed on this backend: its rank already says why
+    runtime.note_problem(problem)
+    if runtime.active:  # the first such problem is the reason; later ones (a message per layer) only count
+        runtime.refuse(refusal_reason(problem))
 
 
 def install_on_backend(backend, runtime) -> bool:
     """Wrap ``backend.extend_attention_fwd`` with the verify dispatcher (idempotent). The one install point:
     SGLang's hook and the sandbox's stand-in backend both call it. False when the backend has no such
-    attribute (then it is left untouched and the reason logged)."""
+    attribute: then it is left untouched and the runtime is started refusing custom, the reason in its
+    heartbeat."""
     import torch
 
     from cutover.plugin.dispatch import VerifyDispatcher
 
     stock = getattr(backend, "extend_attention_fwd", None)
-    if stock is None:
-        log.warning("cutover: %s has no extend_attention_fwd; left on Triton", type(backend).__name__)
+    if stock is None:  # the rank still heartbeats, refusing custom with the reason
+        runtime.refuse(refusal_reason(f"{type(backend).__name__} has no extend_attention_fwd"))
+        runtime.start()
         return False
     if isinstance(getattr(backend, "_cutover_dispatcher", None), VerifyDispatcher):
         return True
@@ -135,14 +205,16 @@ def host_paths_from_env() -> HostPaths:
                      state_dir=os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR))
 
 
-def runtime_for_process(model_runner):
-    """This process's runtime (one per rank process: the target and the draft backend share it)."""
+def runtime_for_process(model_runner, unavailable: str = ""):
+    """This process's runtime (one per rank process: the target and the draft backend share it). ``unavailable``:
+    if it has to be built now, build it without a kernel, refusing custom for that reason."""
     global _runtime
     with _runtime_lock:
         if _runtime is None:
             from cutover.plugin.runtime import PluginRuntime
 
-            _runtime = PluginRuntime(host_paths_from_env(), _rank_of(model_runner), _device_of(model_runner))
+            _runtime = PluginRuntime(host_paths_from_env(), _rank_of(model_runner), _device_of(model_runner),
+                                     unavailable=unavailable)
         return _runtime
 
 
@@ -175,8 +247,12 @@ def hook_target_problems(backend_source: str) -> list[str]:
 
     Checks: class TritonAttnBackend; its ``__init__`` assigns ``self.extend_attention_fwd``; its
     ``forward_extend`` takes (q, k, v, layer, forward_batch, ...) and reaches ``self.extend_attention_fwd``
-    (directly or through a helper method of the class); ``is_target_verify`` is used.
+    (directly or through a helper method of the class) with at least the positional arguments the dispatcher
+    reads (``dispatch.MIN_POSITIONAL_ARGS``; counted where the source shows them, through a helper's ``*args``
+    too); ``is_target_verify`` is used.
     """
+    from cutover.plugin.dispatch import MIN_POSITIONAL_ARGS
+
     tree = ast.parse(backend_source)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == BACKEND_CLASS), None)
     if cls is None:
@@ -205,6 +281,47 @@ def hook_target_problems(backend_source: str) -> list[str]:
         reached |= {c for helper in list(reached) if helper in methods for c in calls(methods[helper])}
         if "extend_attention_fwd" not in reached:
             problems.append("forward_extend does not call self.extend_attention_fwd")
+        short = sorted({n for n in _extend_call_positional_counts(forward, methods)
+                        if n is not None and n < MIN_POSITIONAL_ARGS})
+        if short:
+            problems.append(f"forward_extend passes self.extend_attention_fwd {', '.join(map(str, short))} "
+                            f"positional argument(s); the plugin reads at least {MIN_POSITIONAL_ARGS} "
+                            "(q_extend .. max_len_extend)")
     if "is_target_verify" not in backend_source:
         problems.append("is_target_verify is not used")
     return problems
+
+
+def _extend_call_positional_counts(forward, methods) -> list[int | None]:
+    """How many positional arguments each call of ``self.extend_attention_fwd`` reached from ``forward_extend``
+    (directly, or through a helper method it calls) gets; None where the source does not show it (``*args`` from
+    elsewhere)."""
+
+    def self_calls(fn, name):
+        return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and n.func.attr == name]
+
+    def count(call, varargs=None):
+        total = 0
+        for arg in call.args:
+            if not isinstance(arg, ast.Starred):
+                total += 1
+                continue
+            known = (varargs or {}).get(arg.value.id) if isinstance(arg.value, ast.Name) else None
+            if known is None:
+                return None
+            total += known
+        return total
+
+    counts = [count(call) for call in self_calls(forward, "extend_attention_fwd")]
+    for name, helper in methods.items():
+        inner = self_calls(helper, "extend_attention_fwd") if helper is not forward else []
+        if not inner:
+            continue
+        vararg = helper.args.vararg.arg if helper.args.vararg else None
+        named = len(helper.args.posonlyargs) + len(helper.args.args) - 1  # without self
+        for outer in self_calls(forward, name):
+            passed = count(outer)
+            varargs = {vararg: None if passed is None else max(passed - named, 0)} if vararg else None
+            counts += [count(call, varargs) for call in inner]
+    return counts

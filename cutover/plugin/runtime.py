@@ -39,19 +39,22 @@ class PluginRuntime:
     (the reason is logged once and kept in the heartbeat); the dispatcher then passes every call through."""
 
     def __init__(self, paths: HostPaths, rank: int, device: torch.device | str, *,
-                 kernels=None, poll_s: float | None = None, audit_interval_s: float = 1.0):
+                 kernels=None, poll_s: float | None = None, audit_interval_s: float = 1.0, unavailable: str = ""):
         self.paths = paths
         self.rank = rank
         self.device = torch.device(device)
         self.host = socket.gethostname()
         self.release_id, release_dir = current_release(paths)
-        self.unavailable = ""
-        if kernels is None:
+        self.unavailable = unavailable  # given: no kernel is loaded, this process refuses custom for that reason
+        if kernels is None and not unavailable:
             try:
                 kernels = select_kernels(self.device, release_dir)
             except KernelUnavailable as exc:
                 self.unavailable = str(exc)
                 log.warning("cutover: rank %s stays on Triton: %s", rank, exc)
+        elif unavailable:
+            kernels = None
+            log.warning("cutover: rank %s stays on Triton: %s", rank, unavailable)
         self.kernels = kernels
         self.kernel_label = kernels.label if kernels else (CUDA_LABEL if self.device.type == "cuda"
                                                            else REFERENCE_LABEL)
@@ -82,6 +85,17 @@ class PluginRuntime:
         self.problems[message] = count + 1
         if count == 0:
             log.warning("cutover: rank %s: %s", self.rank, message)
+
+    def refuse(self, reason: str) -> None:
+        """Never serve custom in this process from now on (the plugin cannot hook or read SGLang's verify calls
+        here): calls pass straight to SGLang's kernel, the control thread runs triton, and a shadow or custom
+        request is refused with ``reason`` in the heartbeat, as for a kernel that cannot load."""
+        if not reason or reason in self.unavailable:
+            return
+        self.unavailable = f"{self.unavailable}; {reason}" if self.unavailable else reason
+        self.active = False
+        self.control.state.unavailable = self.unavailable
+        log.warning("cutover: rank %s stays on Triton: %s", self.rank, reason)
 
     def note_fallback_shape(self, shape: tuple, dtype) -> None:
         key = (shape, str(dtype))

@@ -43,9 +43,64 @@ def test_load_plugin_refuses_with_one_line_when_the_hook_targets_changed(clean_r
 
     monkeypatch.setattr(hooks, "installed_hook_target_problems", lambda: ["forward_extend not found"])
     load_plugin()
-    assert not clean_registry._hooks
+    # nothing on TritonAttnBackend: only what keeps every rank heartbeating the reason
+    assert [(target, [(kind, fn.__name__) for kind, fn, _ in registered])
+            for target, registered in clean_registry._hooks.items()] == [
+        (hooks.MODEL_RUNNER_INIT, [(HookType.AROUND, "around_model_runner_init")])]
     lines = [r.getMessage() for r in caplog.records if r.name == "cutover.plugin"]
     assert len(lines) == 1 and "forward_extend not found" in lines[0] and "stays on Triton" in lines[0]
+    assert "each rank heartbeats this reason" in lines[0]
+
+
+def test_ranks_sglang_could_not_be_hooked_on_heartbeat_why_and_refuse_shadow(clean_registry, paths, monkeypatch):
+    """The hooks refused (SGLang changed): `cutover stage` still sees every rank live with the release, status
+    shows the reason, and shadow is refused with it instead of finding no rank."""
+    from cutover.hostlayout import ControlRecord, atomic_write_text, live_heartbeats, read_heartbeat
+    from cutover.plugin import load_plugin
+    from cutover.sandbox.backend import StandInModelRunner
+
+    release = os.path.join(paths.cutover_root, "releases", "0123456789-abcdef")
+    os.makedirs(release)
+    os.symlink(release, paths.current)
+    monkeypatch.setenv("CUTOVER_STATE_DIR", paths.state_dir)
+    monkeypatch.setenv("CUTOVER_ROOT", paths.cutover_root)
+    monkeypatch.setattr(hooks, "_runtime", None)
+    monkeypatch.setattr(hooks, "installed_hook_target_problems", lambda: ["forward_extend not found"])
+
+    def request(mode, generation):
+        atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation, release_id="0123456789-abcdef",
+                                                       lease_expires_at=time.time() + 60).to_json())
+
+    def beat_when(ready):
+        deadline = time.time() + 5.0
+        while time.time() < deadline:
+            beat = read_heartbeat(paths.heartbeat(2))
+            if beat is not None and ready(beat):
+                return beat
+            time.sleep(0.02)
+        pytest.fail(f"rank 2 did not heartbeat as expected: {read_heartbeat(paths.heartbeat(2))}")
+
+    request("triton", 1)  # as stage leaves it
+    load_plugin()
+    [(_, hook, _)] = clean_registry._hooks[hooks.MODEL_RUNNER_INIT]
+    built = []
+    try:
+        hook(lambda runner, *a, **k: built.append(runner), StandInModelRunner(2, torch.device("cpu"), None), "cfg")
+        assert len(built) == 1  # SGLang's ModelRunner.__init__ ran as usual
+        beat = beat_when(lambda b: True)
+        assert set(live_heartbeats(paths, 3, stale_s=10.0)) == {2}  # the rank `cutover stage` waits for
+        assert (beat.mode_active, beat.release_id) == ("triton", "0123456789-abcdef")
+        assert beat.reason == ("custom path unavailable: cutover could not hook SGLang 0.5.23: RuntimeError: "
+                               f"{hooks.BACKEND_MODULE} does not match what the plugin hooks: forward_extend not "
+                               "found; serving runs Triton only")
+
+        request("shadow", 2)
+        beat = beat_when(lambda b: b.generation_seen >= 2)
+        assert beat.mode_active == "triton" and not beat.acknowledges(2, "shadow")
+        assert "forward_extend not found" in beat.reason
+    finally:
+        if hooks._runtime is not None:
+            hooks._runtime.stop()
 
 
 def test_entry_point_is_declared_for_sglang():
@@ -73,6 +128,28 @@ def test_hook_target_check_fails_when_sglang_changes_the_call():
     assert "forward_extend does not call self.extend_attention_fwd" in hooks.hook_target_problems(source)
     renamed = installed_backend_source().replace("self.extend_attention_fwd = ", "self.extend_fwd = ")
     assert "__init__ does not set self.extend_attention_fwd" in hooks.hook_target_problems(renamed)
+
+
+def test_hook_target_check_fails_when_sglang_passes_fewer_positional_arguments():
+    """0.5.23 reaches the kernel through ``_forward_extend_kernel(self, layer, *args)``: a helper that takes q, k, v
+    and o itself and passes the rest on leaves the kernel 12 positional arguments, fewer than the plugin reads."""
+    source = installed_backend_source()
+    helper = "def _forward_extend_kernel(self, layer, *args, **kwargs):"
+    assert helper in source
+    changed = source.replace(helper, "def _forward_extend_kernel(self, layer, q, k, v, o, *args, **kwargs):")
+    assert any("passes self.extend_attention_fwd 12 positional argument(s)" in p
+               for p in hooks.hook_target_problems(changed))
+
+
+def test_the_refusal_hook_target_exists_in_the_installed_sglang():
+    """register_refusal hooks ModelRunner.__init__ (read from the source: importing it is heavy)."""
+    import ast
+
+    module, cls_name, method = hooks.MODEL_RUNNER_INIT.rsplit(".", 2)
+    path = Path(importlib.util.find_spec("sglang").origin).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    tree = ast.parse(path.read_text())
+    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name]
+    assert method in {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
 
 
 def test_stock_kernel_resolves_from_the_installed_layout():
@@ -151,3 +228,4 @@ def test_load_plugin_never_raises_when_sglang_is_missing(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "sglang.srt.plugins.hook_registry", None)  # import fails
     load_plugin()
     assert "plugin not loaded, every rank stays on Triton" in caplog.text
+    assert "and no rank can heartbeat it (the same cause)" in caplog.text  # nothing to hook a heartbeat on
