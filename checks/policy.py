@@ -8,6 +8,7 @@ default). See docs/gates.md for what each threshold means and how the defaults w
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -88,7 +89,9 @@ def _fail(source: str, field: str, problem: str) -> ConfigError:
 def _check_value(source: str, dotted: str, name: str, value: object) -> float | int:
     kind, low, inclusive = _BOUNDS[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(source, dotted, f"must be a number, got {value!r}")
+        exponent = isinstance(value, str) and re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", value.strip())
+        note = f" (YAML reads {value} as text: write it with a decimal point, e.g. 5.0e-3)" if exponent else ""
+        raise _fail(source, dotted, f"must be a number, got {value!r}{note}")
     if kind is int and (not float(value).is_integer()):
         raise _fail(source, dotted, f"must be a whole number, got {value!r}")
     if not math.isfinite(value):

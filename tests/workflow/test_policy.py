@@ -67,3 +67,11 @@ def test_unparsable_yaml_and_missing_file(tmp_path):
         load_policy(write(tmp_path, "shadow: [unclosed\n"))
     with pytest.raises(ConfigError, match="file not found"):
         load_policy(tmp_path / "absent.yml")
+
+
+def test_a_number_yaml_reads_as_text_is_named_with_the_fix(tmp_path):
+    policy = tmp_path / "policy.yml"
+    policy.write_text("shadow:\n  rel_l2_p99: 5e-3\n")
+    with pytest.raises(ConfigError, match=r"field 'shadow.rel_l2_p99' must be a number, got '5e-3' \(YAML reads "
+                                          r"5e-3 as text: write it with a decimal point, e\.g\. 5\.0e-3\)"):
+        load_policy(policy)
