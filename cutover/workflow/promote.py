@@ -1,7 +1,8 @@
 """`cutover promote`: flip hosts to the custom kernel one at a time, canary first, each under a guarded watch.
 
-A host may be promoted only when the release staged and loaded on it passed shadow there (its phase is
-shadow_passed and that run's verdict passed for the same release); `--force` overrides and journals it.
+A host may be promoted only when the release staged and loaded on every rank passed shadow there (its phase is
+shadow_passed and that run's verdict passed for the same release under a policy no looser than promote's);
+`--force` overrides a missing or failed verdict and journals it, never a host not serving the staged release.
 All hosts are checked before anything changes. Each host then runs custom under a lease while it is probed
 against the baseline its shadow run recorded (what that baseline cannot support is said and journaled); a
 regression, or any failure after the flip, rolls that host back and stops the rollout. After a clean window the
