@@ -121,20 +121,10 @@ def release_library_path(release_id: str) -> str:
             "where `cutover build` ran dist/releases/; copy the release directory here if neither has it)")
 
 
-def _sglang_version() -> str:
-    import importlib.metadata
-    import sys
-
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return str(getattr(sys.modules.get("sglang"), "__version__", "unknown"))
-
-
 def _kernels(device: str) -> RerunKernels:
     """The rerun kernels for ``device``, with the library and SGLang version they come from."""
     if device.startswith("cuda"):
-        from cutover.plugin.hooks import resolve_stock_kernel
+        from cutover.plugin.hooks import resolve_stock_kernel, sglang_version
 
         try:
             stock, module = resolve_stock_kernel()
@@ -154,7 +144,7 @@ def _kernels(device: str) -> RerunKernels:
         release_id, identity = library_release(library.path)
         return RerunKernels(f"{module}.extend_attention_fwd", stock, "kernel_ext.verify_attention (CUDA)",
                             kernel_ext.verify_attention, library=str(library.path), library_release=release_id,
-                            library_identity=identity, sglang_version=_sglang_version())
+                            library_identity=identity, sglang_version=sglang_version())
     from kernel_ext.reference import reference_extend_attention_fwd, splitk_extend_attention_fwd
 
     return RerunKernels("torch reference of SGLang's kernel (no GPU)", reference_extend_attention_fwd,

@@ -118,8 +118,9 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
         return False
     # 1. arch
     device = q_extend.device
-    if device.type == "cuda":
-        _lib.load_library().check_device(_device_index(device))
+    if device.type == "cuda":  # (a tensor elsewhere is refused under 3. below, before lib or dev_index is used)
+        lib, dev_index = _lib.load_library(), _device_index(device)
+        lib.check_device(dev_index)
     # 2. dtype
     data = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer")
     for name in data:
@@ -195,8 +196,6 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     vs = _scale_arg(v_scale, "v_scale", device)
     if ks is None or vs is None:
         return False
-    lib = _lib.load_library()
-    dev_index = _device_index(device)
     num_sms = _sm_count(dev_index)
     need = lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index)
     if workspace is None:
@@ -228,7 +227,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     p.workspace, p.workspace_bytes = workspace.data_ptr(), workspace.numel()
     p.num_sms, p.config = num_sms, TILE_CONFIG
     p.early_start = int(early_start)
-    code = _on_device(device, lambda: lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream))
+    code = _on_device(dev_index, lambda: lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream))
     if code == _lib.OK:
         return True
     if code == _lib.ERR_UNSUPPORTED:
@@ -243,10 +242,10 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def _on_device(device: torch.device, launch):
-    """Run `launch` with `device` current: the C entries plan and launch for the thread's current device, which a
-    caller holding tensors of another device may not have set (torch ops follow their tensors' device)."""
-    if torch.cuda.current_device() == _device_index(device):
+def _on_device(index: int, launch):
+    """Run `launch` with device `index` current: the C entries plan and launch for the thread's current device,
+    which a caller holding tensors of another device may not have set (torch ops follow their tensors' device)."""
+    if torch.cuda.current_device() == index:
         return launch()
     with torch.cuda.device(device):
         return launch()
@@ -274,6 +273,8 @@ def verify_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable) -> None:
             raise ValueError(f"{name} must be a CUDA tensor")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
+        if t.device != gate_state.device:
+            raise ValueError(f"{name} is on {t.device}; the gate's tensors must all be on {gate_state.device}")
     if gate_state.dtype != torch.int32 or gate_state.numel() < 4:
         raise ValueError(f"gate_state must be int32 with 4 elements, got {gate_state.dtype} x {gate_state.numel()}")
     if custom_enable.dtype != torch.int32 or custom_enable.numel() < 2:
@@ -283,12 +284,9 @@ def verify_gate(gate_state, qo_indptr, qo_indptr_gated, custom_enable) -> None:
         raise ValueError(f"qo_indptr must be int32 or int64, got {qo_indptr.dtype}")
     if qo_indptr_gated.dtype != qo_indptr.dtype or qo_indptr_gated.numel() != qo_indptr.numel():
         raise ValueError("qo_indptr_gated must have qo_indptr's dtype and number of elements")
-    for name, t in (("qo_indptr", qo_indptr), ("qo_indptr_gated", qo_indptr_gated), ("custom_enable", custom_enable)):
-        if t.device != gate_state.device:
-            raise ValueError(f"{name} is on {t.device}; the gate's tensors must all be on {gate_state.device}")
     lib = _lib.load_library()
     device = gate_state.device
-    _on_device(device, lambda: lib.verify_gate(
+    _on_device(_device_index(device), lambda: lib.verify_gate(
         gate_state.data_ptr(), qo_indptr.data_ptr(), qo_indptr_gated.data_ptr(), qo_indptr.numel(),
         qo_indptr.dtype == torch.int64, custom_enable.data_ptr(), torch.cuda.current_stream(device).cuda_stream))
 
@@ -332,6 +330,6 @@ def shadow_accumulate(o, scratch, enable, counters, bin_edges, workspace) -> Non
     if workspace.numel() < _lib.SHADOW_WORKSPACE_BYTES or workspace.data_ptr() % 16:
         raise ValueError(f"workspace must be 16-byte aligned with >= {_lib.SHADOW_WORKSPACE_BYTES} bytes")
     lib = _lib.load_library()
-    _on_device(o.device, lambda: lib.shadow_accumulate(
+    _on_device(_device_index(o.device), lambda: lib.shadow_accumulate(
         o_ptr, s_ptr, o.shape[0], o.shape[1], enable.data_ptr(), counters.data_ptr(), bin_edges.data_ptr(),
         bin_edges.numel(), workspace.data_ptr(), torch.cuda.current_stream(o.device).cuda_stream))

@@ -69,23 +69,15 @@ class VerifyDispatcher:
         if layer is None or not runtime.active:
             return self.stock(*args, **kwargs)
         if len(args) < MIN_POSITIONAL_ARGS:  # o and qo_indptr cannot be found: SGLang changed its call
-            self._unreadable(len(args))
+            runtime.refuse_unreadable(f"{self.stock_name} called with {len(args)} positional argument(s) in target "
+                                      f"verify; the plugin reads at least {MIN_POSITIONAL_ARGS} (q_extend .. "
+                                      "max_len_extend)")
             return self.stock(*args, **kwargs)
         slots = runtime.state.slots(layer)
         if slots is None or args[QO_INDPTR_INDEX].device != runtime.state.device:
             runtime.note_problem(f"layer {layer}: outside the plugin's layer table or device; served by Triton")
             return self.stock(*args, **kwargs)
         return self._verify(layer, slots, args, kwargs)
-
-    def _unreadable(self, positional: int) -> None:
-        """A verify call in a form the dispatcher cannot read: SGLang serves it; noted once (heartbeat ``errors``)
-        and the runtime refuses custom from then on, the problem as its reason (nothing custom could run)."""
-        from cutover.plugin.hooks import refusal_reason
-
-        problem = (f"{self.stock_name} called with {positional} positional argument(s) in target verify; the "
-                   f"plugin reads at least {MIN_POSITIONAL_ARGS} (q_extend .. max_len_extend)")
-        self.runtime.note_problem(problem)
-        self.runtime.refuse(refusal_reason(problem))
 
     def _verify(self, layer, slots, args, kwargs):
         runtime = self.runtime

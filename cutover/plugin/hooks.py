@@ -26,6 +26,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
+import sys
 import threading
 
 from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT, DEFAULT_STATE_DIR, STATE_DIR_ENV, HostPaths
@@ -64,10 +65,11 @@ def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEN
 
 @functools.lru_cache(maxsize=1)
 def sglang_version() -> str:
+    """The installed SGLang's version, for messages (its package metadata, else its ``__version__``)."""
     try:
         return importlib.metadata.version("sglang")
     except Exception:  # noqa: BLE001 - only for a message
-        return "(version unknown)"
+        return str(getattr(sys.modules.get("sglang"), "__version__", "(version unknown)"))
 
 
 def refusal_reason(problem: str) -> str:
@@ -141,15 +143,10 @@ def around_forward_extend(original, backend, *args, **kwargs):
 
 
 def _unreadable_call(backend, problem: str) -> None:
-    """A hooked call the plugin cannot read: noted (logged once, heartbeat ``errors``), and the runtime of
-    ``backend`` refuses custom with the first such problem as its reason."""
-    dispatcher = getattr(backend, "_cutover_dispatcher", None)
-    runtime = getattr(dispatcher, "runtime", None)
-    if runtime is None:
-        return  # not installed on this backend: its rank already says why
-    runtime.note_problem(problem)
-    if runtime.active:  # the first such problem is the reason; later ones (a message per layer) only count
-        runtime.refuse(refusal_reason(problem))
+    """A hooked call the plugin cannot read: the runtime of ``backend`` notes it and refuses custom."""
+    runtime = getattr(getattr(backend, "_cutover_dispatcher", None), "runtime", None)
+    if runtime is not None:  # else not installed on this backend: its rank already says why
+        runtime.refuse_unreadable(problem)
 
 
 def install_on_backend(backend, runtime) -> bool:
@@ -265,8 +262,7 @@ def hook_target_problems(backend_source: str) -> list[str]:
                    for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets)
 
     def calls(fn):
-        return {n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+        return {call.func.attr for call in _self_calls(fn)}
 
     if "__init__" not in methods or not assigns_attr(methods["__init__"]):
         problems.append("__init__ does not set self.extend_attention_fwd")
@@ -298,8 +294,7 @@ def _extend_call_positional_counts(forward, methods) -> list[int | None]:
     elsewhere)."""
 
     def self_calls(fn, name):
-        return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and n.func.attr == name]
+        return [call for call in _self_calls(fn) if call.func.attr == name]
 
     def count(call, varargs=None):
         total = 0
@@ -325,3 +320,9 @@ def _extend_call_positional_counts(forward, methods) -> list[int | None]:
             varargs = {vararg: None if passed is None else max(passed - named, 0)} if vararg else None
             counts += [count(call, varargs) for call in inner]
     return counts
+
+
+def _self_calls(fn) -> list[ast.Call]:
+    """The ``self.<method>(...)`` calls inside ``fn``."""
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]

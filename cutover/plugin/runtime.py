@@ -17,6 +17,7 @@ from cutover.plugin.control import ControlLoop, ControlState, Decision
 from cutover.plugin.devicestate import DeviceState, isolate_from_other_threads_captures
 from cutover.plugin.buffers import GrowOnlyBuffers
 from cutover.plugin.dispatch import VerifyDispatcher
+from cutover.plugin.hooks import refusal_reason
 from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
 from cutover.plugin.stats import StatsDrain
 
@@ -45,14 +46,13 @@ class PluginRuntime:
         self.device = torch.device(device)
         self.host = socket.gethostname()
         self.release_id, release_dir = current_release(paths)
-        self.unavailable = unavailable  # given: no kernel is loaded, this process refuses custom for that reason
+        # `unavailable` given: no kernel is loaded, this process refuses custom for that reason
         if kernels is None and not unavailable:
             try:
                 kernels = select_kernels(self.device, release_dir)
             except KernelUnavailable as exc:
-                self.unavailable = str(exc)
-                log.warning("cutover: rank %s stays on Triton: %s", rank, exc)
-        elif unavailable:
+                unavailable = str(exc)
+        if unavailable:
             kernels = None
             log.warning("cutover: rank %s stays on Triton: %s", rank, unavailable)
         self.kernels = kernels
@@ -70,7 +70,7 @@ class PluginRuntime:
         if self.state is not None and self.device.type == "cuda":
             loop_args["prepare_thread"] = isolate_from_other_threads_captures  # SGLang captures meanwhile
         self.control = ControlLoop(paths, rank, self._apply, self._tick, **loop_args)
-        self.control.state.unavailable = self.unavailable
+        self.control.state.unavailable = unavailable
         self.control.state.release_id = self.release_id
         self._next_drain = 0.0
         self._next_idle_line = 0.0
@@ -86,16 +86,27 @@ class PluginRuntime:
         if count == 0:
             log.warning("cutover: rank %s: %s", self.rank, message)
 
+    @property
+    def unavailable(self) -> str:
+        """Why this process cannot serve custom ("" while it can); the control state refuses requests with it."""
+        return self.control.state.unavailable
+
     def refuse(self, reason: str) -> None:
         """Never serve custom in this process from now on (the plugin cannot hook or read SGLang's verify calls
         here): calls pass straight to SGLang's kernel, the control thread runs triton, and a shadow or custom
         request is refused with ``reason`` in the heartbeat, as for a kernel that cannot load."""
         if not reason or reason in self.unavailable:
             return
-        self.unavailable = f"{self.unavailable}; {reason}" if self.unavailable else reason
+        self.control.state.unavailable = f"{self.unavailable}; {reason}" if self.unavailable else reason
         self.active = False
-        self.control.state.unavailable = self.unavailable
         log.warning("cutover: rank %s stays on Triton: %s", self.rank, reason)
+
+    def refuse_unreadable(self, problem: str) -> None:
+        """A verify call (or its hook) in a form the plugin cannot read: SGLang serves it; noted (logged once,
+        heartbeat ``errors``), and the first such problem becomes the reason this process refuses custom."""
+        self.note_problem(problem)
+        if self.active:
+            self.refuse(refusal_reason(problem))
 
     def note_fallback_shape(self, shape: tuple, dtype) -> None:
         key = (shape, str(dtype))

@@ -232,7 +232,7 @@ def test_cuda_rerun_names_the_loaded_library_and_the_sglang_version(monkeypatch,
     library = fake_release(tmp_path, "rel-a")
     monkeypatch.setattr(hooks, "resolve_stock_kernel", lambda: (reference_extend_attention_fwd, "sglang.x"))
     monkeypatch.setattr(_lib, "load_library", lambda: types.SimpleNamespace(path=library))
-    monkeypatch.setattr(replay_mod, "_sglang_version", lambda: "0.5.99")
+    monkeypatch.setattr(hooks, "sglang_version", lambda: "0.5.99")
     kernels = replay_mod._kernels("cuda")
     assert (kernels.library, kernels.library_release, kernels.sglang_version) == (str(library), "rel-a", "0.5.99")
     assert kernels.stock_name == "sglang.x.extend_attention_fwd"
