@@ -281,8 +281,6 @@ class _Group:
     vars: dict = field(default_factory=dict)
     priority: int = 1  # `ansible_group_priority` (Ansible keeps it out of the group's vars)
     parents: list[str] = field(default_factory=list)
-    children: list[str] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
 
 
 class _InventoryGraph:
@@ -302,7 +300,6 @@ class _InventoryGraph:
     def __init__(self, file: Path):
         self.file = file
         self.groups: dict[str, _Group] = {"all": _Group("all"), "ungrouped": _Group("ungrouped", parents=["all"])}
-        self.groups["all"].children.append("ungrouped")
         self.host_vars: dict[str, dict] = {}
         self.host_groups: dict[str, list[str]] = {}  # the groups that list the host itself, in parse order
 
@@ -344,7 +341,6 @@ class _InventoryGraph:
                     direct = self.host_groups.setdefault(host_name, [])
                     if name not in direct:
                         direct.append(name)
-                        node.hosts.append(host_name)
 
     def _set_group_var(self, node: _Group, key: str, value) -> None:
         if key != "ansible_group_priority":
@@ -357,12 +353,11 @@ class _InventoryGraph:
                               f"integer, found {value!r}") from None
 
     def _add_child(self, parent: _Group, child: _Group) -> None:
-        if child.name in parent.children:
+        if parent.name in child.parents:
             return
         if child.name == "all" or child is parent or child.name in self._ancestors(parent.name):
             raise ConfigError(f"{self.file}: group {parent.name!r}: child group {child.name!r} makes a loop of "
                               "groups", hint="a group cannot be (a child of) its own child; `all` is nobody's child")
-        parent.children.append(child.name)
         child.parents.append(parent.name)
 
     def _parents(self, name: str) -> list[str]:

@@ -15,7 +15,7 @@ import os
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable
 
 from cutover import ansible
@@ -242,7 +242,7 @@ def _plugin_wheel_changed(state: HostState) -> bool:
     checksum the playbook's copy module records there."""
     if not state.host.manages_plugin:
         return False
-    marker = state.transport.read_text(str(PurePosixPath(state.paths.cutover_root, "wheels", "installed.sha1")))
+    marker = state.transport.read_text(state.paths.installed_wheel_marker)
     wheel = Path(state.host.vars["cutover_plugin_wheel"]).read_bytes()
     return (marker or "").strip() != hashlib.sha1(wheel, usedforsecurity=False).hexdigest()
 

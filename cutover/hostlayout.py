@@ -120,6 +120,11 @@ class HostPaths:
         return self._state("acceptance", f"{release_id}.log")
 
     @property
+    def installed_wheel_marker(self) -> str:
+        """The sha1 of the plugin wheel stage installed last (written by playbooks/stage.yml)."""
+        return self._root("wheels", "installed.sha1")
+
+    @property
     def journal(self) -> str:
         return self._state("journal.jsonl")
 

@@ -11,28 +11,30 @@ from __future__ import annotations
 import hashlib
 import zipfile
 
-RELEASE_PREFIX = "python/kernel_ext/"
+from cutover.acceptance import PYTHON_DIR
+
+RELEASE_PREFIX = f"{PYTHON_DIR}/kernel_ext/"
 WHEEL_PREFIX = "kernel_ext/"
 
 
-def _modules(names_to_sha: dict[str, str], prefix: str) -> dict[str, str]:
-    """module file name -> sha256 for the package's top-level .py files (what a release carries)."""
-    return {name[len(prefix):]: sha for name, sha in names_to_sha.items()
-            if name.startswith(prefix) and name.endswith(".py") and "/" not in name[len(prefix):]}
+def _module_name(path: str, prefix: str) -> str | None:
+    """The file name of a top-level .py module of the package at `prefix` (what a release carries), else None."""
+    rest = path[len(prefix):] if path.startswith(prefix) else ""
+    return rest if rest.endswith(".py") and "/" not in rest else None
 
 
 def wheel_modules(wheel: str) -> dict[str, str]:
     """kernel_ext's top-level modules in the wheel, with the sha256 of each."""
     with zipfile.ZipFile(wheel) as archive:
-        files = {name: hashlib.sha256(archive.read(name)).hexdigest() for name in archive.namelist()}
-    return _modules(files, WHEEL_PREFIX)
+        return {module: hashlib.sha256(archive.read(path)).hexdigest() for path in archive.namelist()
+                if (module := _module_name(path, WHEEL_PREFIX))}
 
 
 def kernel_ext_mismatches(wheel: str, release_files: dict[str, str]) -> list[str]:
     """kernel_ext modules that differ between the wheel and the release manifest's files (missing on one side
     included), sorted; empty when they agree or the release carries no kernel_ext Python (its acceptance then
     imports the wheel's, as serving does)."""
-    released = _modules(release_files, RELEASE_PREFIX)
+    released = {module: sha for path, sha in release_files.items() if (module := _module_name(path, RELEASE_PREFIX))}
     if not released:
         return []
     in_wheel = wheel_modules(wheel)

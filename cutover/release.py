@@ -129,13 +129,10 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
     release_id = release_id_for(tree_hash, archs, nvcc_version, kb.ABI_VERSION)
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / release_id
-    if (final / MANIFEST).exists():
-        try:
-            release = verify_local(final)
-            _write_latest(out_dir, release_id)
-            return BuildResult(release, built=False)
-        except CutoverError:
-            pass  # damaged: rebuild it
+    existing = _intact(final) if (final / MANIFEST).exists() else None  # a damaged one is rebuilt
+    if existing is not None:
+        _write_latest(out_dir, release_id)
+        return BuildResult(existing, built=False)
     tmp = out_dir / f".tmp-{release_id}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -172,6 +169,7 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
 
 
 def _intact(path: Path) -> Release | None:
+    """The release at `path` if it matches its manifest, else None (damaged or half there)."""
     try:
         return verify_local(path)
     except CutoverError:

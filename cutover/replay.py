@@ -110,10 +110,9 @@ def release_library_path(release_id: str) -> str:
     """Where the library of ``release_id`` is likely found here (for the hint), else the pattern."""
     from kernel_ext.build import LIBRARY_NAME
 
-    from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT
+    from cutover.plugin.hooks import host_paths_from_env
 
-    dirs = [Path(os.environ.get(CUTOVER_ROOT_ENV) or DEFAULT_CUTOVER_ROOT) / "releases",
-            releases_dir()]
+    dirs = [Path(host_paths_from_env().releases), releases_dir()]
     for directory in dirs:
         if (directory / release_id / LIBRARY_NAME).is_file():
             return str((directory / release_id / LIBRARY_NAME).resolve())
