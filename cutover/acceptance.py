@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import TextIO
 
 PYTHON_DIR = "python"  # the release's kernel_ext code (acceptance, benchmark), on PYTHONPATH for the run
 PARITY_SUBSET = "tiny"
@@ -114,38 +115,54 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+@dataclass
+class RunLock:
+    """`<log_path>.lock`, for one acceptance run of a release. `busy`: why another run holds it (None: this one
+    does, through `handle`)."""
+
+    busy: str | None
+    handle: TextIO | None = None
+
+    def record(self, pid: int) -> None:
+        """Name the process that runs the parity check in the lock file (the message a second run gives)."""
+        self.handle.seek(0)
+        self.handle.truncate(0)
+        self.handle.write(f"pid {pid}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self.handle.flush()
+
+
 @contextlib.contextmanager
 def exclusive_run(log_path: str):
-    """Hold `<log_path>.lock` for one run; yields None, or a sentence naming the run that holds it. A stage cut
-    off (Ctrl-C, a dropped SSH session) leaves its run going on the host: a second one on the same GPU would
-    share its log and report files, and double the memory beside serving."""
+    """Take `<log_path>.lock` for one run (a RunLock). A stage cut off (Ctrl-C, a dropped SSH session) leaves its
+    parity run going on the host: a second one on the same GPU would share its log and report files, and double
+    the memory beside serving. The parity process inherits the lock, so it holds it while it runs, whatever
+    happens to the process that started it."""
     with open(log_path + ".lock", "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown pid"
-            yield (f"an acceptance run of this release is still running on the host ({holder}), probably from a "
-                   f"stage that was cut off: wait for it to end (its log: {log_path}), then stage again")
+            yield RunLock(f"an acceptance run of this release is still running on the host ({holder}), probably "
+                          f"from a stage that was cut off: wait for it to end (its log: {log_path}), then stage again")
             return
-        handle.truncate(0)
-        handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        handle.flush()
-        yield None  # the lock goes with the file's closing
+        lock = RunLock(None, handle)
+        lock.record(os.getpid())
+        yield lock  # released when the file is closed here and in the parity process
 
 
 def run_acceptance(release_dir: str, library: str, serving_python: str, device: int, timeout_s: float,
                    log_path: str) -> Acceptance:
     """Run the parity subset with the release on GPU `device`, one run per release at a time; its output goes to
     `log_path`."""
-    with exclusive_run(log_path) as busy:
-        if busy:
-            return Acceptance(False, busy, 0.0)
-        return _run_parity(release_dir, library, serving_python, device, timeout_s, log_path)
+    with exclusive_run(log_path) as lock:
+        if lock.busy:
+            return Acceptance(False, lock.busy, 0.0)
+        return _run_parity(release_dir, library, serving_python, device, timeout_s, log_path, lock)
 
 
 def _run_parity(release_dir: str, library: str, serving_python: str, device: int, timeout_s: float,
-                log_path: str) -> Acceptance:
+                log_path: str, lock: RunLock) -> Acceptance:
     report_path = log_path + ".report.json"
     if os.path.exists(report_path):
         os.unlink(report_path)
@@ -155,9 +172,10 @@ def _run_parity(release_dir: str, library: str, serving_python: str, device: int
         try:
             process = subprocess.Popen(parity_command(serving_python, report_path), env=env, cwd=release_dir,
                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+                                       start_new_session=True, pass_fds=(lock.handle.fileno(),))
         except OSError as exc:
             return Acceptance(False, f"the serving Python {serving_python} could not be started: {exc}", 0.0)
+        lock.record(process.pid)
         try:
             status = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -122,16 +122,30 @@ def test_a_run_past_its_time_limit_is_killed_and_refused(release: Path, tmp_path
 
 def test_a_second_run_of_the_same_release_is_refused_while_the_first_runs(release: Path, tmp_path: Path):
     log = str(tmp_path / "acceptance.log")
-    with acceptance.exclusive_run(log) as busy:
-        assert busy is None
+    with acceptance.exclusive_run(log) as first:
+        assert first.busy is None
         second = acceptance.run_acceptance(str(release), "libcutover_verify.so", sys.executable, 0, 60, log)
     assert not second.passed
     assert re.fullmatch(r"an acceptance run of this release is still running on the host \(pid \d+, started "
                         r"[-0-9: ]+\), probably from a stage that was cut off: wait for it to end \(its log: "
                         + re.escape(log) + r"\), then stage again", second.summary), second.summary
     assert not Path(log).exists()  # the first run's log is untouched (here: never created)
-    with acceptance.exclusive_run(log) as busy:
-        assert busy is None  # free again once the first run ended
+    with acceptance.exclusive_run(log) as again:
+        assert again.busy is None  # free again once the first run ended
+
+
+def test_the_parity_process_holds_the_lock_and_is_named_in_it(release: Path, tmp_path: Path):
+    """The lock must outlive a stage cut off mid-run (its module process gone, the parity run going on): the
+    parity process inherits it, and the lock file names that process."""
+    seen = tmp_path / "seen"
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f"#!/bin/sh\nls -l /proc/$$/fd > {seen}\necho $$ >> {seen}\nexit 1\n")
+    fake_python.chmod(0o755)
+    log = tmp_path / "acceptance.log"
+    acceptance.run_acceptance(str(release), "libcutover_verify.so", str(fake_python), 0, 60, str(log))
+    *fds, pid = seen.read_text().splitlines()
+    assert any(line.endswith(f"{log}.lock") for line in fds), fds
+    assert Path(f"{log}.lock").read_text().startswith(f"pid {pid}, started ")
 
 
 def test_a_serving_python_that_does_not_exist_is_refused(release: Path, tmp_path: Path):
