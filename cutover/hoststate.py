@@ -334,11 +334,7 @@ class HostState:
 
     def serving_release(self) -> str | None:
         """The release every rank has loaded, if a serving process heartbeats on all ranks with one release."""
-        views = self.ranks()
-        releases = {v.heartbeat.release_id for v in views if v.fresh}
-        if len(releases) == 1 and all(v.fresh for v in views):
-            return releases.pop()
-        return None
+        return release_of(self.ranks())
 
     def wait_for_ack(self, generation: int, timeout_s: float | None = None, poll_s: float = 0.2,
                      mode: str | None = None) -> AckResult:
@@ -394,11 +390,15 @@ class HostState:
             run_id = None  # a corrupt phase file names no run
         if not run_id or f"{run_id}.json" not in names:
             run_id = names[-1][:-5]
-        text = self.transport.read_text(self.paths.verdict(run_id))
+        verdict = self.read_verdict(run_id)
+        return verdict if verdict is not None else {"run_id": run_id, "outcome": "unreadable", "verdict": "unreadable"}
+
+    def read_verdict(self, run_id: str) -> dict | None:
+        """The verdict of shadow run `run_id` on this host; None when it is missing or not a JSON object."""
         try:
-            verdict = json.loads(text or "")
+            verdict = json.loads(self.transport.read_text(self.paths.verdict(run_id)) or "")
         except ValueError:
-            return {"run_id": run_id, "outcome": "unreadable", "verdict": "unreadable"}
+            return None
         return verdict if isinstance(verdict, dict) else None
 
     def recent_divergence(self) -> dict[int, dict]:
@@ -429,6 +429,14 @@ class HostState:
             if window >= STATS_TAIL_MAX_BYTES or (self.transport.size(path) or 0) <= window:
                 return None  # the cap, or the whole file was in the window already
             window *= 2
+
+
+def release_of(views: list[RankView]) -> str | None:
+    """The release every rank of `views` has loaded, if all heartbeat freshly with one release."""
+    releases = {v.heartbeat.release_id for v in views if v.fresh}
+    if len(releases) == 1 and all(v.fresh for v in views):
+        return releases.pop()
+    return None
 
 
 def summarize_stats(record: dict) -> dict:

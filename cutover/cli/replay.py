@@ -29,12 +29,17 @@ def replay(
     The reruns use the kernel library and SGLang installed here; the output names both, and a library that is
     not the capture's release is refused unless --allow-release-mismatch."""
     result = replay_lib.replay_capture(capture, device, allow_release_mismatch=allow_release_mismatch)
-    if common.merged(ctx, json_out=json_out).json:
+    as_json = common.merged(ctx, json_out=json_out).json
+    if as_json:
         common.print_json(result.to_dict())
-        for warning in result.warnings:
-            common.err_console.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False,
-                                       soft_wrap=True)
-        return
+    else:
+        _print_tables(result)
+    for warning in result.warnings:  # last; on stderr beside --json, so stdout stays one JSON document
+        (common.err_console if as_json else common.console).print(
+            f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_tables(result) -> None:
     captured = result.release_id or "not recorded"
     table = Table("kernel", "source", "implementation", "rel L2 vs float64", "max abs vs float64", "non-finite",
                   title=f"replay of rank {result.rank} layer {result.layer} (captured under release {captured}, "
@@ -49,9 +54,6 @@ def replay(
     stock = (f"SGLang {result.sglang_version}" if result.sglang_version
              else "torch reference of SGLang's kernel (no SGLang)")
     common.console.print(f"custom rerun: {custom}\nstock rerun: {stock}", markup=False, soft_wrap=True)
-    for warning in result.warnings:
-        common.console.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False,
-                             soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,6 @@ phase becomes promoted while the lease still guards the host, and only then the 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NoReturn
@@ -22,6 +21,7 @@ import requests
 from checks.policy import Policy, looser_than
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
+from cutover.hoststate import release_of
 from cutover.rollback import rollback_hosts
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
@@ -98,13 +98,14 @@ def plan_promotion(links: list[HostLink], force: bool, policy: Policy) -> list[H
 
 def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None]:
     phase = link.call(lambda st: st.read_phase())
-    loaded = link.call(lambda st: st.serving_release())
+    views = link.call(lambda st: st.ranks())
+    loaded = release_of(views)
     control = link.call(lambda st: st.read_control())
     plan = HostPlan(link.host, phase.release_id, "promote", run_id=phase.run_id,
                     generation=control.generation if control else None)
     if phase.phase == "promoted":
         if control and control.mode == "custom" and control.lease_expires_at is None and loaded == phase.release_id:
-            off_custom = [v for v in link.call(lambda st: st.ranks()) if v.heartbeat.mode_active != "custom"]
+            off_custom = [v for v in views if v.heartbeat.mode_active != "custom"]  # all fresh: loaded is set
             if off_custom:  # e.g. a rank restarted after a crash: it refuses the generation it had armed
                 first = off_custom[0]
                 return plan, Refusal(
@@ -132,10 +133,8 @@ def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None
     if phase.phase != "shadow_passed" or not phase.run_id:
         return plan, Refusal(f"host {link.name}: phase is {phase.phase}, the staged release {phase.release_id} has "
                              "not passed shadow", SHADOW_FIX)
-    text = link.call(lambda st: st.transport.read_text(st.paths.verdict(phase.run_id)))
-    try:
-        verdict = json.loads(text or "")
-    except ValueError:
+    verdict = link.call(lambda st: st.read_verdict(phase.run_id))
+    if verdict is None:
         return plan, Refusal(f"host {link.name}: the verdict of shadow run {phase.run_id} is missing or unreadable",
                              SHADOW_FIX)
     if not verdict.get("passed") or verdict.get("release_id") != loaded:

@@ -74,7 +74,22 @@ class ShadowOutcome:
     # host -> the error of its ordinary return to Triton, for hosts the rollback path returned instead: their
     # phase is rolled_back, so promote refuses them although the run passed
     rolled_back: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # the verdict's reasons that say so, one per host
+
+    @property
+    def warnings(self) -> list[str]:
+        """The verdict's reasons that say so, one per host."""
+        return rollback_path_notes(self.rolled_back)
+
+
+def rollback_path_notes(returned: dict[str, str]) -> list[str]:
+    """One reason line per host that returned to Triton only through the rollback path (host -> the error of
+    its ordinary return)."""
+    return [
+        f"rollback path: host {name}: its ordinary return to Triton failed ({error}); the rollback path confirmed "
+        "Triton, so its phase is rolled_back and `cutover promote` refuses it until a new `cutover shadow` run "
+        "passes there"
+        for name, error in returned.items()
+    ]
 
 
 @dataclass
@@ -412,15 +427,6 @@ class _ShadowRun:
         self.returned_by_rollback = {name: err for name, err in failed.items() if name in self.confirmed_by_rollback}
         return problems
 
-    def _rollback_path_notes(self) -> list[str]:
-        """One reason line per host that returned to Triton only through the rollback path."""
-        return [
-            f"rollback path: host {name}: its ordinary return to Triton failed ({error}); the rollback path "
-            "confirmed Triton, so its phase is rolled_back and `cutover promote` refuses it until a new "
-            "`cutover shadow` run passes there"
-            for name, error in self.returned_by_rollback.items()
-        ]
-
     def _stop_load(self) -> None:
         if self.load:
             self.load.stop()
@@ -433,7 +439,7 @@ class _ShadowRun:
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
         problems += self._ingest_last()
         verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
-        notes = self._rollback_path_notes()
+        notes = rollback_path_notes(self.returned_by_rollback)
         if verdict.passed and not problems:  # the notes first: they are what the operator must act on
             return self._conclude("passed", notes + verdict.reasons() + renewals, verdict)
         if verdict.passed:  # the gates passed: what failed is the return to Triton or the last read, say it first
@@ -443,7 +449,7 @@ class _ShadowRun:
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
         if rolled_back is None:
             rolled_back = self._return_to_triton(f"shadow run {self.run_id}: {reasons[0]}")
-            rolled_back += self._rollback_path_notes()
+            rolled_back += rollback_path_notes(self.returned_by_rollback)
         return self._conclude(outcome, reasons + rolled_back + self._ingest_last(), None)
 
     def _ingest_last(self) -> list[str]:
@@ -477,7 +483,7 @@ class _ShadowRun:
                     else "run `cutover shadow` again when ready"
                 ),
             )
-        return ShadowOutcome(record, report, dict(self.returned_by_rollback), self._rollback_path_notes())
+        return ShadowOutcome(record, report, dict(self.returned_by_rollback))
 
     def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
         """Store the verdict locally and on every reachable host that entered the run (file, phase, journal)."""
