@@ -132,13 +132,18 @@ __device__ __forceinline__ float row_abs_max(Pair pair) {
   return quad_max(m);
 }
 
-template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WO_M_, int WO_D_>
+template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WS_K_, int WO_M_, int WO_D_>
 struct TileConfig {
   static constexpr int M_TILE = M_TILE_, N_TILE = N_TILE_, STAGES = STAGES_;
-  static constexpr int WS_M = WS_M_, WS_N = WS_N_;  // warp grid of S = Q K^T (rows x keys)
+  // warp grid of S = Q K^T (rows x keys x parts of the 576 dims). With WS_K > 1 the warps of k part 0 sum the
+  // others' S through shared memory and alone run the softmax, while the warps of the last part issue the
+  // next tile's gather: the copies' address arithmetic leaves the softmax's path.
+  static constexpr int WS_M = WS_M_, WS_N = WS_N_, WS_K = WS_K_;
   static constexpr int WO_M = WO_M_, WO_D = WO_D_;  // warp grid of O = P V (rows x value dims)
-  static constexpr int WARPS = WS_M * WS_N;
+  static constexpr int WARPS = WS_M * WS_N * WS_K;
   static constexpr int THREADS = WARPS * 32;
+  static constexpr int GATHER_THREADS = THREADS / WS_K;  // the warps of the last k part copy the KV tiles
+  static constexpr int K_STEPS = kDimQK / 16 / WS_K;     // S's k-steps per warp
   static constexpr int LD = kDimQK + 8;  // padded smem row (elements): 8 rows of ldmatrix hit distinct banks
   static constexpr int P_LD = N_TILE + 8;
   static constexpr int S_ROWS = M_TILE / WS_M, S_COLS = N_TILE / WS_N;
@@ -154,18 +159,21 @@ struct TileConfig {
   static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;   // [M_TILE] final row max
   static constexpr int OFF_OMAX = OFF_MFIN + M_TILE * 4;          // [WO_D][M_TILE] largest |O| of a row slice
   static constexpr int OFF_IDX = OFF_OMAX + WO_D * M_TILE * 4;    // [2][N_TILE] KV row ids of upcoming tiles
-  static constexpr int SMEM_BYTES = OFF_IDX + 2 * N_TILE * 8;
+  static constexpr int OFF_SX = (OFF_IDX + 2 * N_TILE * 8 + 15) / 16 * 16;  // [WS_K-1][S warps][lane] S parts
+  static constexpr int SX_FRAGS = MT_S * NT_S;                     // float4 per lane and S warp
+  static constexpr int SMEM_BYTES = OFF_SX + (WS_K - 1) * WS_M * WS_N * 32 * SX_FRAGS * 16;
   static_assert(WO_M * WO_D == WARPS, "S and O warp grids must use the same warps");
   static_assert(S_ROWS % 16 == 0 && S_COLS % 8 == 0 && N_TILE % 16 == 0, "tile shape");
   static_assert(O_ROWS % 16 == 0 && NT_O % 2 == 0, "O tile shape");
   static_assert(kSplitAlign % N_TILE == 0, "split alignment");
+  static_assert(kDimQK / 16 % WS_K == 0, "S's k-steps split evenly over the k parts");
 };
 
 // sm_90 class (227 KB shared memory per block): 64 rows x 32 keys, 3 stages, 8 warps, ~190 KB.
-using LargeTiles = TileConfig<64, 32, 3, 4, 2, 2, 4>;
-// sm_120 class (~99 KB per block): 32 rows x 16 keys, 3 stages, 4 warps, 94 KB. With two stages a tile's gather
-// had only the softmax before it to land (v60, docs/perf.md).
-using SmallTiles = TileConfig<32, 16, 3, 2, 2, 2, 2>;
+using LargeTiles = TileConfig<64, 32, 3, 4, 2, 1, 2, 4>;
+// sm_120 class (~99 KB per block): 32 rows x 16 keys, 3 stages, 8 warps (S over two halves of the 576 dims,
+// v62), ~97 KB. With two stages a tile's gather had only the softmax before it to land (v60, docs/perf.md).
+using SmallTiles = TileConfig<32, 16, 3, 2, 2, 2, 2, 4>;
 static_assert(SmallTiles::SMEM_BYTES <= 99 * 1024, "sm_120 allows 99 KB of shared memory per block");
 
 // ---------------------------------------------------------------------------------------------------------
@@ -421,8 +429,14 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-  const int ws_m = warp % C::WS_M, ws_n = warp / C::WS_M;
+  // k part 0 scores and runs the softmax, the last k part gathers (with WS_K == 1 every warp does both: the
+  // compile-time forms keep that kernel's code as it was)
+  constexpr bool kParts = C::WS_K > 1;
+  const int ws_m = warp % C::WS_M, ws_n = kParts ? warp / C::WS_M % C::WS_N : warp / C::WS_M;
+  const int ws_k = kParts ? warp / (C::WS_M * C::WS_N) : 0;
   const int wo_m = warp % C::WO_M, wo_d = warp / C::WO_M;
+  const bool scorer = !kParts || ws_k == 0, gatherer = !kParts || ws_k == C::WS_K - 1;
+  const int gtid = kParts ? tid - (C::WS_K - 1) * C::GATHER_THREADS : tid;  // index among the gatherers
 
   // Q tile (zero rows past the request's last row).
   for (int i = tid; i < C::M_TILE * kRowChunks; i += C::THREADS) {
@@ -447,10 +461,11 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   // shared ring, filled one tile ahead so no load in this loop waits on an index). THREADS / N_TILE consecutive
   // threads copy a row in whole 128-byte lines: one row id and one address per thread, its pieces at fixed offsets
   // (v61; per-piece address arithmetic took ~20 % of the small tiles' time).
-  static_assert(C::THREADS % C::N_TILE == 0 && kRowChunks % (C::THREADS / C::N_TILE) == 0, "gather layout");
-  constexpr int kRowThreads = C::THREADS / C::N_TILE;
-  auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {
-    const int r = tid / kRowThreads, c0 = tid % kRowThreads;
+  static_assert(C::GATHER_THREADS % C::N_TILE == 0 && kRowChunks % (C::GATHER_THREADS / C::N_TILE) == 0,
+                "gather layout");
+  constexpr int kRowThreads = C::GATHER_THREADS / C::N_TILE;
+  auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {  // gatherers only
+    const int r = gtid / kRowThreads, c0 = gtid % kRowThreads;
     const bool valid = key_begin + kt * C::N_TILE + r < key_end;
     const __nv_bfloat16* src = valid ? a.kv + (ids != nullptr ? ids[r] : row_id(kt, r)) * a.skv + c0 * 8 : a.kv;
     __nv_bfloat16* dst = sKV + (stage * C::N_TILE + r) * C::LD + c0 * 8;
@@ -475,7 +490,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   float s[C::MT_S][C::NT_S][4];  // scores of the tile in flight between `scores` and `softmax`
 
   // S = Q K^T over one stage, scaled (log2 domain), masked; partial row maxima into sRed. `tail` tiles take
-  // their keys from the draft tokens under the custom mask.
+  // their keys from the draft tokens under the custom mask. Every warp calls it (a barrier inside when WS_K > 1);
+  // only the scorers hold S afterwards.
   auto scores = [&](int stage, int nvalid, bool tail, int tail_key0, float scale_log2) {
     const __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
 #pragma unroll
@@ -485,7 +501,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 #pragma unroll
-    for (int ks = 0; ks < kDimQK / 16; ++ks) {
+    for (int kk = 0; kk < C::K_STEPS; ++kk) {
+      const int ks = ws_k * C::K_STEPS + kk;
       uint32_t af[C::MT_S][4];
 #pragma unroll
       for (int mt = 0; mt < C::MT_S; ++mt)
@@ -509,6 +526,30 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       for (int mt = 0; mt < C::MT_S; ++mt)
 #pragma unroll
         for (int nt = 0; nt < C::NT_S; ++nt) mma_bf16_16816(s[mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
+    }
+    if constexpr (C::WS_K > 1) {  // the scorers add the other k parts' S
+      float4* sSx = reinterpret_cast<float4*>(smem + C::OFF_SX);
+      auto part = [&](int k, int mt, int nt) -> float4& {
+        return sSx[(((k - 1) * C::WS_M * C::WS_N + ws_m + C::WS_M * ws_n) * 32 + lane) * C::SX_FRAGS + mt * C::NT_S + nt];
+      };
+      if (!scorer) {
+#pragma unroll
+        for (int mt = 0; mt < C::MT_S; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < C::NT_S; ++nt)
+            part(ws_k, mt, nt) = make_float4(s[mt][nt][0], s[mt][nt][1], s[mt][nt][2], s[mt][nt][3]);
+      }
+      __syncthreads();
+      if (!scorer) return;
+#pragma unroll
+      for (int k = 1; k < C::WS_K; ++k)
+#pragma unroll
+        for (int mt = 0; mt < C::MT_S; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < C::NT_S; ++nt) {
+            const float4 v = part(k, mt, nt);
+            s[mt][nt][0] += v.x; s[mt][nt][1] += v.y; s[mt][nt][2] += v.z; s[mt][nt][3] += v.w;
+          }
     }
 
     // Scale, mask, partial row max.
@@ -606,13 +647,13 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   const float prefix_scale = a.sm_scale * w.k_scale * 1.4426950408889634f;
 #pragma unroll
   for (int st = 0; st < C::STAGES - 1; ++st) {
-    if (st < n_tiles) load_prefix_tile(st, st, nullptr);
+    if (gatherer && st < n_tiles) load_prefix_tile(st, st, nullptr);
     cp_async_commit();
   }
-  int64_t next_id = 0;  // row id of key `tid` of tile kt + STAGES, loaded one iteration before it is stored
-  if (tid < C::N_TILE) {
-    sIdx[((C::STAGES - 1) & 1) * C::N_TILE + tid] = C::STAGES - 1 < n_tiles ? row_id(C::STAGES - 1, tid) : 0;
-    next_id = C::STAGES < n_tiles ? row_id(C::STAGES, tid) : 0;
+  int64_t next_id = 0;  // row id of key `gtid` of tile kt + STAGES, loaded one iteration before it is stored
+  if (gatherer && gtid < C::N_TILE) {
+    sIdx[((C::STAGES - 1) & 1) * C::N_TILE + gtid] = C::STAGES - 1 < n_tiles ? row_id(C::STAGES - 1, gtid) : 0;
+    next_id = C::STAGES < n_tiles ? row_id(C::STAGES, gtid) : 0;
   }
   // The first iteration's P V is a no-op: P = 0, alpha = 1 over a zeroed stage (not yet loaded by anyone).
   for (int i = tid; i < C::M_TILE * C::P_LD / 2; i += C::THREADS) reinterpret_cast<uint32_t*>(sP)[i] = 0u;
@@ -626,13 +667,13 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     scores(kt % C::STAGES, min(C::N_TILE, key_end - key_begin - kt * C::N_TILE), false, 0, prefix_scale);
     __syncthreads();  // row maxima visible; tile kt-1's stage and the P buffer are free
     const int nxt = kt + C::STAGES - 1;
-    if (nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES, sIdx + (nxt & 1) * C::N_TILE);
+    if (gatherer && nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES, sIdx + (nxt & 1) * C::N_TILE);
     cp_async_commit();
-    if (tid < C::N_TILE) {
-      sIdx[((nxt + 1) & 1) * C::N_TILE + tid] = next_id;
-      next_id = nxt + 2 < n_tiles ? row_id(nxt + 2, tid) : 0;
+    if (gatherer && gtid < C::N_TILE) {
+      sIdx[((nxt + 1) & 1) * C::N_TILE + gtid] = next_id;
+      next_id = nxt + 2 < n_tiles ? row_id(nxt + 2, gtid) : 0;
     }
-    softmax();
+    if (scorer) softmax();
   }
   if (n_tiles > 0) {
     __syncthreads();
@@ -668,7 +709,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
         cp_async16(sKV + r * C::LD + ch * 8, valid ? a.vx + (qo_start + j) * a.svx + ch * 8 : a.vx, valid ? 16 : 0);
       }
       cp_async_commit();
-      softmax();
+      if (scorer) softmax();
       cp_async_wait<0>();
       __syncthreads();  // P, alpha and the draft V rows visible
       accumulate_pv(0);
@@ -676,17 +717,19 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   }
 
   // Row sums across the quad and the S warps; final row max.
+  if (scorer) {
 #pragma unroll
-  for (int mt = 0; mt < C::MT_S; ++mt) {
+    for (int mt = 0; mt < C::MT_S; ++mt) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float l = l_run[mt][hf];
-      l += __shfl_xor_sync(kFullWarp, l, 1);
-      l += __shfl_xor_sync(kFullWarp, l, 2);
-      const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
-      if (cq == 0) {
-        sLred[ws_n * C::M_TILE + lr] = l;
-        if (ws_n == 0) sMfin[lr] = m_run[mt][hf];
+      for (int hf = 0; hf < 2; ++hf) {
+        float l = l_run[mt][hf];
+        l += __shfl_xor_sync(kFullWarp, l, 1);
+        l += __shfl_xor_sync(kFullWarp, l, 2);
+        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+        if (cq == 0) {
+          sLred[ws_n * C::M_TILE + lr] = l;
+          if (ws_n == 0) sMfin[lr] = m_run[mt][hf];
+        }
       }
     }
   }
