@@ -247,7 +247,7 @@ def _on_device(index: int, launch):
     which a caller holding tensors of another device may not have set (torch ops follow their tensors' device)."""
     if torch.cuda.current_device() == index:
         return launch()
-    with torch.cuda.device(device):
+    with torch.cuda.device(index):
         return launch()
 
 

@@ -61,7 +61,6 @@ def measure_copy_bandwidth() -> float:
     for _ in range(200):  # let the clocks settle before measuring
         b.copy_(a)
     ms = time_eager(lambda: b.copy_(a), reps=50)
-    del a, b
     return 2 * n / (ms * 1e-3)
 
 

@@ -174,3 +174,25 @@ def test_o_alt_of_another_dtype_is_named(case):
     out = case.fresh_output()
     with pytest.raises(ValueError, match=r"o_alt must be a tensor of o_extend's dtype"):
         api.verify_attention(*case.args(out), o_alt=out.to(torch.float16))
+
+
+def test_a_call_on_another_device_runs_with_that_device_current(monkeypatch):
+    """`_on_device` makes the tensors' device current around the launch and leaves a call on the current device
+    alone (the two-device GPU test needs two GPUs; this checks the switch itself on any machine)."""
+    entered = []
+
+    class Current:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            entered.append(self.index)
+
+        def __exit__(self, *exc):
+            entered.append(f"left {self.index}")
+
+    monkeypatch.setattr(api.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(api.torch.cuda, "device", Current)
+    assert api._on_device(0, lambda: "same") == "same" and entered == []
+    assert api._on_device(1, lambda: entered.append("launch") or "other") == "other"
+    assert entered == [1, "launch", "left 1"]
