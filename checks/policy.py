@@ -2,7 +2,8 @@
 
 A policy file may set any subset of the fields of `checks/policies/default.yml`; fields it leaves out keep
 the default's value. Unknown fields are refused (a misspelt threshold must never silently fall back to the
-default). See docs/gates.md for what each threshold means and how the defaults were calibrated.
+default). A top-level `scope: sandbox` marks a policy that may gate only sandbox hosts (`refuse_out_of_scope`).
+See docs/gates.md for what each threshold means and how the defaults were calibrated.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from cutover.errors import ConfigError
 
 DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.yml"
 POLICY_VERSION = 1
+# Which hosts a policy may gate: `any`, or only hosts whose inventory serving_kind is "sandbox".
+SCOPE_ANY = "any"
+SCOPE_SANDBOX = "sandbox"
+SCOPES = (SCOPE_ANY, SCOPE_SANDBOX)
+SANDBOX_SERVING_KIND = "sandbox"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Policy:
     source: str
     shadow: ShadowPolicy
     promote: PromotePolicy
+    scope: str = SCOPE_ANY
 
 
 # Per field: (python type, lower bound, lower bound inclusive?). Floats must be finite.
@@ -123,17 +130,29 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _validated_values(path: Path) -> dict[str, dict]:
-    """Every field the file sets, validated, as {section: {field: value}}."""
+def _declared_scope(source: str, data: dict) -> str | None:
+    """The `scope` the file declares, validated and taken out of `data`; None when it declares none."""
+    if "scope" not in data:
+        return None
+    scope = data.pop("scope")
+    if scope not in SCOPES:
+        raise _fail(source, "scope", f"must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return scope
+
+
+def _validated_values(path: Path) -> tuple[str | None, dict[str, dict]]:
+    """The scope the file declares (None if none) and every field it sets, validated, as {section: {field: value}}."""
     source = str(path)
     data = _read_yaml(path)
     version = data.pop("version", POLICY_VERSION)
     if version != POLICY_VERSION:
         raise _fail(source, "version", f"must be {POLICY_VERSION}, got {version!r}")
+    scope = _declared_scope(source, data)
     values: dict[str, dict] = {}
     for section, body in data.items():
         if section not in _SECTIONS:
-            raise _fail(source, str(section), f"is not a known section (known: {', '.join(_SECTIONS)})")
+            raise _fail(source, str(section), f"is not a known section (known: {', '.join(_SECTIONS)}; "
+                        "other top-level fields: version, scope)")
         if not isinstance(body, dict):
             raise _fail(source, section, "must be a mapping of field: value")
         known = {f.name for f in fields(_SECTIONS[section])}
@@ -143,16 +162,18 @@ def _validated_values(path: Path) -> dict[str, dict]:
             if name not in known:
                 raise _fail(source, dotted, f"is not a known field of '{section}' (known: {', '.join(sorted(known))})")
             values[section][name] = _check_value(source, dotted, name, value)
-    return values
+    return scope, values
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Load the default policy, overlaid with the fields `path` sets (if given); validate the result."""
-    merged = _validated_values(DEFAULT_POLICY_PATH)
+    """Load the default policy, overlaid with the scope and fields `path` sets (if given); validate the result."""
+    scope, merged = _validated_values(DEFAULT_POLICY_PATH)
     source = str(DEFAULT_POLICY_PATH)
     if path is not None:
         source = str(path)
-        for section, body in _validated_values(Path(path)).items():
+        declared, values = _validated_values(Path(path))
+        scope = declared or scope
+        for section, body in values.items():
             merged.setdefault(section, {}).update(body)
     built = {}
     for section, cls in _SECTIONS.items():
@@ -168,7 +189,30 @@ def load_policy(path: str | Path | None = None) -> Policy:
             "shadow.rel_l2_p99",
             f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})",
         )
-    return Policy(source=source, shadow=shadow, promote=built["promote"])
+    return Policy(source=source, shadow=shadow, promote=built["promote"], scope=scope or SCOPE_ANY)
+
+
+def refuse_out_of_scope(policy: Policy, serving_kinds: dict[str, str], *, from_environment: bool = False) -> None:
+    """Raise ConfigError when `policy` may gate only sandbox hosts and a target is not one. `serving_kinds`:
+    each target host's name -> its inventory serving_kind; `from_environment`: CUTOVER_POLICY named the
+    policy, not --policy."""
+    if policy.scope != SCOPE_SANDBOX:
+        return
+    outside = [f"{name} (serving_kind {kind})" for name, kind in serving_kinds.items() if kind != SANDBOX_SERVING_KIND]
+    if not outside:
+        return
+    named_by = " (from CUTOVER_POLICY)" if from_environment else ""
+    production = "pass --policy with a production policy, or no --policy for checks/policies/default.yml"
+    hint = (
+        f"unset CUTOVER_POLICY (it names this sandbox-only policy), then {production}"
+        if from_environment
+        else f"{production}; without --policy, CUTOVER_POLICY applies: unset it if it names a sandbox policy"
+    )
+    raise ConfigError(
+        f"policy {policy.source}{named_by} has scope {policy.scope}: it may gate only sandbox hosts, "
+        f"not {', '.join(outside)}",
+        hint=hint,
+    )
 
 
 # Which way each shadow threshold tightens, for `looser_than`: AT_MOST limits (a larger value lets more through)

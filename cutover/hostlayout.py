@@ -200,6 +200,7 @@ class Heartbeat:
     counters: dict = field(default_factory=dict)
     written_at: float = 0.0
     schema: int = SCHEMA_VERSION
+    stack: dict = field(default_factory=dict)  # cutover.servingstack.serving_stack: SGLang, torch, plugin, GPU
 
     @property
     def stopped(self) -> bool:

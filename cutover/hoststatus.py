@@ -45,6 +45,7 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
             "reason": beat.reason if beat else None,
             "stopped": beat.stopped if beat else False,
             "pid": beat.pid if beat else None,
+            "stack": beat.stack if beat else None,
         })
     current = transport.readlink(host.paths.current)
     previous = transport.readlink(host.paths.previous)

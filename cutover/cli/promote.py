@@ -9,7 +9,7 @@ from rich.table import Table
 
 from checks.policy import load_policy
 from cutover.cli import common
-from cutover.cli.shadow import LeaseOpt, PolicyOpt
+from cutover.cli.shadow import LeaseOpt, PolicyOpt, refuse_policy_out_of_scope
 from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
@@ -44,6 +44,7 @@ def promote(
         policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl
     )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    refuse_policy_out_of_scope(ctx, options.policy, c.hosts)
     results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say)
     if c.options.json:
         common.print_json({"hosts": [vars(r) for r in results]})

@@ -11,8 +11,9 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from checks.policy import load_policy
+from checks.policy import Policy, load_policy, refuse_out_of_scope
 from cutover.cli import common
+from cutover.config import Host
 from cutover.errors import ConfigError
 from cutover.workflow.load import load_spec
 from cutover.workflow.runstore import REPORTS_DIR_ENV
@@ -47,6 +48,13 @@ LeaseOpt = Annotated[
         help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost).",
     ),
 ]
+
+
+def refuse_policy_out_of_scope(ctx: typer.Context, policy: Policy, hosts: list[Host]) -> None:
+    """Refuse a sandbox-only policy for targets that are not sandbox hosts, before any host is touched."""
+    # By name: newer typer vendors its own click, whose ParameterSource is not click's.
+    from_environment = ctx.get_parameter_source("policy").name == "ENVIRONMENT"
+    refuse_out_of_scope(policy, {host.name: host.serving_kind for host in hosts}, from_environment=from_environment)
 
 
 def _duration_s(hours: float | None, minutes: float | None) -> float:
@@ -98,18 +106,20 @@ def _render(p: Progress) -> Group:
 
 
 def passed_lines(outcome: ShadowOutcome, again: str) -> list[str]:
-    """What a passed run prints: the verdict, its reasons, a WARNING block for hosts the rollback path returned
-    to Triton (their phase is rolled_back: promote refuses them), and the report path last. `again` is the
-    `cutover shadow` command line to repeat, without --limit."""
+    """What a passed run prints: the verdict, its reasons, a WARNING block for hosts that cannot be promoted from
+    it (returned to Triton only through the rollback path, or whose phase someone else moved before the end:
+    promote refuses them), and the report path last. `again` is the `cutover shadow` command line to repeat,
+    without --limit."""
     record = outcome.record
     lines = [f"shadow run {record.run_id} PASSED for release {record.release_id} on {', '.join(record.hosts)}"]
     lines += [f"  {reason}" for reason in record.reasons if reason not in outcome.warnings]
-    if outcome.rolled_back:
-        names = list(outcome.rolled_back)
-        others = [name for name in record.hosts if name not in outcome.rolled_back]
+    if outcome.unpromotable:
+        names = outcome.unpromotable
+        others = [name for name in record.hosts if name not in names]
+        why = ["returned to Triton only through the rollback path (phase rolled_back)"] if outcome.rolled_back else []
+        why += ["their phase was moved before the run ended"] if outcome.moved else []
         lines.append(
-            f"WARNING: the gates passed, but {', '.join(names)} cannot be promoted from this run: returned to Triton "
-            "only through the rollback path (phase rolled_back)"
+            f"WARNING: the gates passed, but {', '.join(names)} cannot be promoted from this run: {'; '.join(why)}"
         )
         lines += [f"  {warning}" for warning in outcome.warnings]
         lines.append(f"  run: {again} --limit {','.join(names)}")
@@ -157,6 +167,7 @@ def shadow(
         reports_dir=reports_dir,
     )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    refuse_policy_out_of_scope(ctx, options.policy, c.hosts)
     c.say(
         f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
         f"{options.policy.source} (lease {lease_ttl:g} s)"
@@ -187,6 +198,7 @@ def shadow(
                 "release_id": record.release_id,
                 "report": str(outcome.report.markdown),
                 "rolled_back_hosts": outcome.rolled_back,  # host -> why its ordinary return to Triton failed
+                "moved_hosts": outcome.moved,  # host -> the phase someone else gave it before the run ended
                 "warnings": outcome.warnings,
             }
         )

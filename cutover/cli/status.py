@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import typer
@@ -10,6 +11,7 @@ from rich.table import Table
 from cutover import hoststatus
 from cutover.cli import common
 from cutover.errors import HostError
+from cutover.servingstack import describe, stack_key
 
 
 def _age(seconds) -> str:
@@ -97,6 +99,21 @@ def _rank_notes(statuses: list[dict]) -> list[str]:
     return notes
 
 
+def _stack_notes(statuses: list[dict]) -> list[str]:
+    """What each host's live ranks serve with (cutover.servingstack), one line per host and stack: the stack a
+    shadow verdict must have recorded for promote to accept it."""
+    notes = []
+    for s in statuses:
+        ranks_by_stack: dict[str, list[str]] = {}
+        for r in s.get("ranks", []):
+            if r["live"]:
+                ranks_by_stack.setdefault(stack_key(r["stack"] or {}), []).append(str(r["rank"]))
+        for key, ranks in sorted(ranks_by_stack.items()):
+            which = "" if len(ranks_by_stack) == 1 else f" rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}"
+            notes.append(f"host {s['host']}{which} serves with {describe(json.loads(key))}")
+    return notes
+
+
 CLOCK_NOTE_S = 1.0  # a host clock this far from ours is worth a line under the table
 
 
@@ -128,7 +145,8 @@ def status(
     Per host: phase, requested mode, release, lease remaining, lock (owner, pid and machine), last journal
     entry, latest verdict (passed, failed or aborted). Per rank (from heartbeats): active mode (or stopped),
     generation seen, release, heartbeat age, recent divergence. Lines under the tables say why a phase is
-    unknown and why a rank runs another mode than the one asked.
+    unknown, why a rank runs another mode than the one asked, and what the live ranks serve with (SGLang,
+    torch, plugin digest, GPU).
     Read-only. Exits 4 if a host cannot be reached (the others are still shown).
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
@@ -139,7 +157,7 @@ def status(
         common.console.print(_hosts_table(statuses))
         _print_notes(_phase_notes(statuses))
         common.console.print(_ranks_table(statuses))
-        _print_notes(_rank_notes(statuses) + _clock_notes(statuses))
+        _print_notes(_rank_notes(statuses) + _stack_notes(statuses) + _clock_notes(statuses))
     unreachable = [s for s in statuses if not s["reachable"]]
     if unreachable:
         raise HostError("; ".join(s["error"].splitlines()[0] for s in unreachable))

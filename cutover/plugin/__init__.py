@@ -1,7 +1,8 @@
 """The cutover plugin runtime: lives inside every SGLang tensor-parallel rank process (and the sandbox).
 
 Standard library + torch + kernel_ext only. SGLang finds ``load_plugin`` through the entry point group
-``sglang.srt.plugins`` and calls it early in every process; it registers hooks on ``TritonAttnBackend`` and
+``sglang.srt.plugins`` and calls it early in every process; it registers hooks on ``TritonAttnBackend`` (and on
+the ModelRunner method that builds the attention backends, so a rank on another backend heartbeats which) and
 never raises: if anything is missing it logs one line and the rank stays on SGLang's Triton kernel, still
 heartbeating with the reason where it can (``hooks.register_refusal``).
 """

@@ -1,6 +1,6 @@
 """SGLang hooks: where the plugin attaches, version-adaptively (SGLang 0.5.11 .. 0.5.23).
 
-Two AROUND hooks through ``sglang.srt.plugins.hook_registry.HookRegistry``:
+Three AROUND hooks through ``sglang.srt.plugins.hook_registry.HookRegistry``:
 
 * ``TritonAttnBackend.__init__``: after the original, ``install_on_backend`` wraps the instance attribute
   ``self.extend_attention_fwd`` (set in ``__init__`` in every supported version, from
@@ -8,7 +8,11 @@ Two AROUND hooks through ``sglang.srt.plugins.hook_registry.HookRegistry``:
   ``sglang.srt.layers.attention.triton_ops.extend_attention`` in 0.5.11-0.5.15; wrapping the attribute
   serves both layouts without importing either);
 * ``TritonAttnBackend.forward_extend``: runs the original inside ``verify_site(layer.layer_id)`` when
-  ``forward_batch.forward_mode.is_target_verify()``, else inside ``verify_site(None)``.
+  ``forward_batch.forward_mode.is_target_verify()``, else inside ``verify_site(None)``;
+* the ``ModelRunner`` method that builds its attention backends (``init_attention_backends`` in 0.5.14+, called
+  after ``__init__``; ``init_attention_backend`` in 0.5.11-0.5.13, called inside it): a target runner for which
+  no TritonAttnBackend was built (``--attention-backend flashinfer``, fa3, ...) makes its rank refuse custom,
+  heartbeating which backend it runs instead of leaving no heartbeat at all.
 
 Why a flag from ``forward_extend`` rather than guessing from the kernel's arguments: a non-None
 ``custom_mask`` also reaches the kernel outside target verify (draft extend with a tree mask), and the kernel's
@@ -40,8 +44,14 @@ STOCK_KERNEL_MODULES = (
     "sglang.srt.layers.attention.triton_ops.extend_attention",  # 0.5.11-0.5.15
 )
 RANK_ENV = "CUTOVER_RANK"
-# where a rank process is still visible when the two hooks cannot be registered: every rank builds a ModelRunner
-MODEL_RUNNER_INIT = "sglang.srt.model_executor.model_runner.ModelRunner.__init__"
+MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+MODEL_RUNNER_CLASS = "ModelRunner"
+# where a rank process is still visible when the Triton hooks cannot be registered: every rank builds a ModelRunner
+MODEL_RUNNER_INIT = f"{MODEL_RUNNER_MODULE}.{MODEL_RUNNER_CLASS}.__init__"
+# the ModelRunner method that sets self.attn_backend: 0.5.14+ (after __init__), 0.5.11-0.5.13 (inside __init__)
+ATTENTION_BUILDERS = ("init_attention_backends", "init_attention_backend")
+# set on a ModelRunner for which the hooked backend class was built
+HOOKED_BACKEND_MARK = "_cutover_hooked_backend"
 
 _runtime = None
 _runtime_lock = threading.Lock()
@@ -49,18 +59,38 @@ _runtime_lock = threading.Lock()
 
 def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEND_CLASS}") -> None:
     """Register both AROUND hooks on ``backend_path`` (SGLang's TritonAttnBackend; the sandbox passes its
-    stand-in) with ``registry`` (default: SGLang's HookRegistry). Raises when the installed SGLang is not what
-    they hook (``load_plugin`` then calls ``register_refusal``)."""
+    stand-in) with ``registry`` (default: SGLang's HookRegistry), and, for SGLang's own backend, the check of
+    which backend each ModelRunner built (``around_attention_backends``; the sandbox has no ModelRunner). Raises
+    when the installed SGLang is not what the Triton hooks hook (``load_plugin`` then calls
+    ``register_refusal``)."""
     from sglang.srt.plugins.hook_registry import HookType
 
     if registry is None:
         from sglang.srt.plugins.hook_registry import HookRegistry as registry
-    if backend_path == f"{BACKEND_MODULE}.{BACKEND_CLASS}":
+    sglang_backend = backend_path == f"{BACKEND_MODULE}.{BACKEND_CLASS}"
+    if sglang_backend:
         problems = installed_hook_target_problems()
         if problems:
             raise RuntimeError(f"{BACKEND_MODULE} does not match what the plugin hooks: {'; '.join(problems)}")
     registry.register(f"{backend_path}.__init__", around_backend_init, HookType.AROUND)
     registry.register(f"{backend_path}.forward_extend", around_forward_extend, HookType.AROUND)
+    if sglang_backend:
+        register_backend_check(registry)
+
+
+def register_backend_check(registry) -> None:
+    """AROUND hook on the installed ModelRunner's attention-backend builder (``around_attention_backends``).
+    Without such a method SGLang still serves and Triton ranks still heartbeat; a rank on another backend then
+    leaves no heartbeat, which the log line says."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    builder = installed_attention_builder()
+    if builder is None:
+        log.warning("cutover: %s.%s has none of %s: a rank whose attention backend is not triton will not "
+                    "heartbeat", MODEL_RUNNER_MODULE, MODEL_RUNNER_CLASS, ", ".join(ATTENTION_BUILDERS))
+        return
+    registry.register(f"{MODEL_RUNNER_MODULE}.{MODEL_RUNNER_CLASS}.{builder}", around_attention_backends,
+                      HookType.AROUND)
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,24 +130,58 @@ def register_refusal(problem: str, registry=None, target: str = MODEL_RUNNER_INI
     reason = refusal_reason(problem)
 
     def around_model_runner_init(original, model_runner, *args, **kwargs):
-        result = original(model_runner, *args, **kwargs)
-        refuse_process(model_runner, reason)
-        return result
+        return run_then_refuse(original, model_runner, args, kwargs, lambda _: reason)
 
     registry.register(target, around_model_runner_init, HookType.AROUND)
     return reason
 
 
+def around_attention_backends(original, model_runner, *args, **kwargs):
+    """AROUND the ModelRunner method that builds its attention backends: a target runner for which no hooked
+    (Triton) backend was built makes this process refuse custom, naming the backend it built instead."""
+    return run_then_refuse(original, model_runner, args, kwargs, backend_refusal)
+
+
+def run_then_refuse(original, model_runner, args, kwargs, reason_for):
+    """The body of the plugin's ModelRunner hooks: run the original, then, where ``reason_for(model_runner)``
+    gives a reason, make this rank process refuse custom with it (``refuse_process``: never raises)."""
+    result = original(model_runner, *args, **kwargs)
+    reason = reason_for(model_runner)
+    if reason:
+        refuse_process(model_runner, reason)
+    return result
+
+
+def backend_refusal(model_runner) -> str:
+    """Why this rank cannot serve custom, judged from a ModelRunner that has built its attention backends: ""
+    for a draft runner (its backend never runs target verify) or one the hooked backend was built for."""
+    if getattr(model_runner, "is_draft_worker", False) or getattr(model_runner, HOOKED_BACKEND_MARK, False):
+        return ""
+    name = type(getattr(model_runner, "attn_backend", None)).__name__
+    return (f"SGLang's attention backend here is {name}, not triton: cutover serves only --attention-backend "
+            f"triton (start SGLang with it to use the custom kernel); serving runs {name} only")
+
+
 def around_backend_init(original, backend, *args, **kwargs):
-    """AROUND TritonAttnBackend.__init__: build the backend, then wrap its extend kernel (never raises)."""
+    """AROUND TritonAttnBackend.__init__: build the backend, mark its model runner as served by it, then wrap
+    its extend kernel (never raises)."""
     result = original(backend, *args, **kwargs)
     model_runner = kwargs.get("model_runner", args[0] if args else None)
+    _mark_hooked_backend(model_runner)
     try:
         install_on_backend(backend, runtime_for_process(model_runner))
     except Exception as exc:  # noqa: BLE001 - this rank keeps SGLang's kernel
         refuse_process(model_runner, refusal_reason(f"installing on {type(backend).__name__} failed: "
                                                     f"{type(exc).__name__}: {exc}"))
     return result
+
+
+def _mark_hooked_backend(model_runner) -> None:
+    """Note on ``model_runner`` that the hooked backend was built for it (what ``backend_refusal`` reads)."""
+    try:
+        setattr(model_runner, HOOKED_BACKEND_MARK, True)
+    except (AttributeError, TypeError):  # no runner to mark (none passed, or it takes no attributes)
+        pass
 
 
 def around_forward_extend(original, backend, *args, **kwargs):
@@ -226,17 +290,44 @@ def resolve_stock_kernel():
     raise ImportError("SGLang's extend_attention_fwd not found in any known layout: " + "; ".join(problems))
 
 
-def installed_hook_target_problems() -> list[str]:
-    """hook_target_problems of the installed SGLang's triton_backend.py, read without importing it."""
+def installed_source_path(module: str) -> str | None:
+    """Where the installed SGLang keeps ``module``'s source (None: SGLang is not installed)."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(spec.submodule_search_locations[0], *module.split(".")[1:]) + ".py"
+
+
+def installed_hook_target_problems() -> list[str]:
+    """hook_target_problems of the installed SGLang's triton_backend.py, read without importing it."""
+    path = installed_source_path(BACKEND_MODULE)
+    if path is None:
         return ["sglang is not installed"]
-    path = os.path.join(spec.submodule_search_locations[0], *BACKEND_MODULE.split(".")[1:]) + ".py"
     try:
         with open(path) as handle:
             return hook_target_problems(handle.read())
     except OSError as exc:
         return [f"{BACKEND_MODULE} not readable: {exc}"]
+
+
+def installed_attention_builder() -> str | None:
+    """attention_builder of the installed SGLang's model_runner.py, read without importing it (None: not found)."""
+    path = installed_source_path(MODEL_RUNNER_MODULE)
+    if path is None:
+        return None
+    try:
+        with open(path) as handle:
+            return attention_builder(handle.read())
+    except (OSError, SyntaxError):
+        return None
+
+
+def attention_builder(model_runner_source: str) -> str | None:
+    """The first of ``ATTENTION_BUILDERS`` that ``class ModelRunner`` in ``model_runner_source`` defines."""
+    tree = ast.parse(model_runner_source)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == MODEL_RUNNER_CLASS), None)
+    methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)} if cls is not None else set()
+    return next((name for name in ATTENTION_BUILDERS if name in methods), None)
 
 
 def hook_target_problems(backend_source: str) -> list[str]:

@@ -17,9 +17,10 @@ from cutover.plugin.control import ControlLoop, ControlState, Decision
 from cutover.plugin.devicestate import DeviceState, isolate_from_other_threads_captures
 from cutover.plugin.buffers import GrowOnlyBuffers
 from cutover.plugin.dispatch import VerifyDispatcher
-from cutover.plugin.hooks import refusal_reason
+from cutover.plugin.hooks import refusal_reason, sglang_version
 from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
 from cutover.plugin.stats import StatsDrain
+from cutover.servingstack import serving_stack
 
 log = logging.getLogger("cutover.plugin")
 
@@ -33,6 +34,16 @@ def current_release(paths: HostPaths) -> tuple[str | None, str | None]:
         return None, None
     target = os.path.realpath(paths.current)
     return os.path.basename(target), target
+
+
+def _reported_stack(device: torch.device) -> dict:
+    """The serving stack for the heartbeat; what cannot be read is said in it (never raises: the plugin must not
+    stop a rank for a heartbeat field, and promote refuses a stack that does not match its verdict's)."""
+    try:
+        return serving_stack(device, sglang_version())
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        log.warning("cutover: the serving stack could not be read: %s: %s", type(exc).__name__, exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 class PluginRuntime:
@@ -56,6 +67,7 @@ class PluginRuntime:
             kernels = None
             log.warning("cutover: rank %s stays on Triton: %s", rank, unavailable)
         self.kernels = kernels
+        self.stack = _reported_stack(self.device)
         self.kernel_label = kernels.label if kernels else (CUDA_LABEL if self.device.type == "cuda"
                                                            else REFERENCE_LABEL)
         self.active = kernels is not None
@@ -190,6 +202,7 @@ class PluginRuntime:
             rank=self.rank, pid=os.getpid(), host=self.host, mode_active=self.control.mode_active,
             generation_seen=state.generation_seen, release_id=self.release_id, kernel=self.kernel_label,
             reason=reason, last_verify_at=self.stats.last_verify_at, counters=counters, written_at=time.time(),
+            stack=self.stack,
         )
 
     def _write_heartbeat(self, state: ControlState, decision: Decision, stopped: bool = False) -> None:

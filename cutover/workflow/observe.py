@@ -105,6 +105,7 @@ class RankTracker:
     kernel: str = ""
     counters: dict = field(default_factory=dict)
     stats_write_errors_at_start: int = 0
+    stacks: list[dict] = field(default_factory=list)  # every serving stack its heartbeats reported (servingstack)
 
     def update(self, view: RankView) -> None:
         beat = view.heartbeat
@@ -122,6 +123,8 @@ class RankTracker:
         self.mode_active, self.reason, self.kernel = beat.mode_active, beat.reason, beat.kernel
         self.release_id = beat.release_id
         self.counters = beat.counters or {}
+        if beat.stack not in self.stacks:
+            self.stacks.append(beat.stack)
 
     @property
     def restarts(self) -> int:

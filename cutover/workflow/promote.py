@@ -1,7 +1,8 @@
 """`cutover promote`: flip hosts to the custom kernel one at a time, canary first, each under a guarded watch.
 
 A host may be promoted only when the release staged and loaded on every rank passed shadow there (its phase is
-shadow_passed and that run's verdict passed for the same release under a policy no looser than promote's);
+shadow_passed and that run's verdict passed for the same release under a policy no looser than promote's, on the
+serving stack the ranks report now: SGLang, torch, plugin code, GPU);
 `--force` overrides a missing or failed verdict and journals it, never a host not serving the staged release.
 All hosts are checked before anything changes. Each host then runs custom under a lease while it is probed
 against the baseline its shadow run recorded (what that baseline cannot support is said and journaled); a
@@ -23,6 +24,7 @@ from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
 from cutover.rollback import rollback_hosts
+from cutover.servingstack import distinct_stacks, stack_changes
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
@@ -147,8 +149,19 @@ def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None
                              + "; ".join(looser), f"shadow again under {policy.source}, or promote with the "
                              "policy the run was judged under (--policy) if it is the one meant (or --force, "
                              "journaled)")
+    changes = stack_changes(_recorded_stacks(verdict, link.name), distinct_stacks(v.heartbeat.stack for v in views))
+    if changes:
+        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} does not cover what the host serves "
+                             f"with now: {'; '.join(changes)}", "shadow the staged release again on this serving "
+                             "stack (or --force, journaled)")
     plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
     return plan, None
+
+
+def _recorded_stacks(verdict: dict, host: str) -> list[dict] | None:
+    """The serving stacks `verdict` recorded for `host` (None: it recorded none, as an older cutover's)."""
+    stacks = verdict.get("stacks")
+    return stacks.get(host) if isinstance(stacks, dict) else None
 
 
 def recheck_before_flip(link: HostLink, checked: HostPlan, policy: Policy) -> HostPlan:

@@ -26,6 +26,7 @@ from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
 from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
+from cutover.servingstack import distinct_stacks
 from cutover.workflow.load import LoadDriver, LoadSpec
 from cutover.workflow.observe import (
     HostLink, RankTracker, StatsTail, locked_links, trackers_from_ack, with_heartbeat_counters,
@@ -74,11 +75,19 @@ class ShadowOutcome:
     # host -> the error of its ordinary return to Triton, for hosts the rollback path returned instead: their
     # phase is rolled_back, so promote refuses them although the run passed
     rolled_back: dict[str, str] = field(default_factory=dict)
+    # host -> the phase someone else gave it at the end of the run (an on-call `cutover rollback`, say): promote
+    # refuses it although the run passed
+    moved: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unpromotable(self) -> list[str]:
+        """The hosts that passed but cannot be promoted from this run."""
+        return [*self.rolled_back, *self.moved]
 
     @property
     def warnings(self) -> list[str]:
-        """The verdict's reasons that say so, one per host."""
-        return rollback_path_notes(self.rolled_back)
+        """The verdict's reasons that say why, one per host."""
+        return rollback_path_notes(self.rolled_back) + phase_moved_notes(self.moved)
 
 
 def rollback_path_notes(returned: dict[str, str]) -> list[str]:
@@ -89,6 +98,16 @@ def rollback_path_notes(returned: dict[str, str]) -> list[str]:
         "Triton, so its phase is rolled_back and `cutover promote` refuses it until a new `cutover shadow` run "
         "passes there"
         for name, error in returned.items()
+    ]
+
+
+def phase_moved_notes(moved: dict[str, str]) -> list[str]:
+    """One reason line per host whose phase someone else moved off shadowing before the run's end (host -> its
+    phase now, with who set it and why)."""
+    return [
+        f"phase moved: host {name}: its phase became {phase} before the run ended, so the run did not record "
+        "shadow_passed there and `cutover promote` refuses it until a new `cutover shadow` run passes there"
+        for name, phase in moved.items()
     ]
 
 
@@ -195,6 +214,7 @@ class _ShadowRun:
         self.confirmed_by_rollback: set[str] = set()  # hosts the rollback path confirmed on Triton
         self.unconfirmed: bool = False  # a rollback could not confirm Triton somewhere (the lease does it)
         self.returned_by_rollback: dict[str, str] = {}  # end of run: host -> why its ordinary return failed
+        self.moved: dict[str, str] = {}  # end of run: host -> the phase someone else gave it (`_phases_moved`)
         self.summary = StatsSummary(
             generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
         )
@@ -438,13 +458,31 @@ class _ShadowRun:
         renewals = self._renewal_failures()
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
         problems += self._ingest_last()
+        self.moved = self._phases_moved()
         verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
-        notes = rollback_path_notes(self.returned_by_rollback)
+        notes = rollback_path_notes(self.returned_by_rollback) + phase_moved_notes(self.moved)
         if verdict.passed and not problems:  # the notes first: they are what the operator must act on
             return self._conclude("passed", notes + verdict.reasons() + renewals, verdict)
         if verdict.passed:  # the gates passed: what failed is the return to Triton or the last read, say it first
             return self._conclude("failed", problems + notes + renewals + verdict.reasons(), verdict)
         return self._conclude("failed", verdict.reasons() + problems + notes + renewals, verdict)
+
+    def _phases_moved(self) -> dict[str, str]:
+        """Hosts (other than those the rollback path returned) whose phase is no longer this run's shadowing: an
+        on-call rollback between the last tick and the end, say, which no gate sees. An unreadable phase is
+        left to `_record`, which cannot write there either."""
+        moved = {}
+        for link in self.entered:
+            if link.name in self.returned_by_rollback:
+                continue
+            try:
+                phase = link.call(lambda st: st.read_phase())
+            except CutoverError:
+                continue
+            if phase.phase != "shadowing" or phase.run_id != self.run_id:
+                moved[link.name] = (f"{phase.phase} (set by {phase.set_by or 'someone'}: "
+                                    f"{phase.reason or 'no reason given'})")
+        return moved
 
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
         if rolled_back is None:
@@ -483,7 +521,7 @@ class _ShadowRun:
                     else "run `cutover shadow` again when ready"
                 ),
             )
-        return ShadowOutcome(record, report, dict(self.returned_by_rollback))
+        return ShadowOutcome(record, report, dict(self.returned_by_rollback), dict(self.moved))
 
     def _record(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> VerdictRecord:
         """Store the verdict locally and on every reachable host that entered the run (file, phase, journal)."""
@@ -503,6 +541,8 @@ class _ShadowRun:
             gates=verdict.to_dict() if verdict else {},
             baseline={run.link.name: baseline(run.samples, driven_load=self.options.load is not None)
                       for run in self.runs},
+            stacks={run.link.name: distinct_stacks(stack for tracker in run.trackers for stack in tracker.stacks)
+                    for run in self.runs},
         )
         self.store.save_verdict(record)
         phase = "shadow_passed" if record.passed else "shadow_failed"

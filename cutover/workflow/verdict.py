@@ -41,6 +41,9 @@ class VerdictRecord:
     # so promote can refuse a verdict judged under a looser policy (checks.policy.looser_than). None: a verdict
     # written by an older cutover, which did not record them.
     policy_shadow: dict | None = None
+    # host -> the distinct serving stacks its ranks reported during the run (cutover.servingstack), so promote can
+    # refuse a host that runs another SGLang, torch, plugin or GPU now. None: written by an older cutover.
+    stacks: dict[str, list[dict]] | None = None
 
     @property
     def passed(self) -> bool:

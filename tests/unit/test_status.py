@@ -4,7 +4,7 @@ verdict's outcome, and which verdict is the latest."""
 import json
 import time
 
-from cutover.cli.status import _rank_notes
+from cutover.cli.status import _rank_notes, _stack_notes
 from cutover.hostlayout import Heartbeat
 from cutover.workflow.verdict import VerdictRecord
 
@@ -91,7 +91,8 @@ def test_a_ranks_reason_is_a_line_under_the_ranks_table_and_a_stopped_rank_says_
     assert host_row[3] == "1/2 triton"
     assert rank0[:6] == ["local", "0", "triton", "3", "r1", "0s"]
     assert rank1[:6] == ["local", "1", "stopped", "3", "r1", "0s"]
-    assert table.endswith(f"\nhost local rank 0: {UNCLEAN}\n")
+    assert table.endswith(f"\nhost local rank 0: {UNCLEAN}\nhost local serves with not reported (a plugin older "
+                          "than the serving-stack heartbeat)\n")  # rank 1 stopped: not serving
 
 
 def test_a_stale_rank_is_still_marked_stale(invoke, local_inventory, state_dir):
@@ -170,3 +171,20 @@ def test_an_unreadable_verdict_of_the_phases_run_says_so(invoke, local_inventory
     (state_dir / "verdicts" / "20240101T000000Z-aaaaaa.json").write_text("{torn")
     (row,), _ = tables(status_table(invoke, local_inventory))
     assert row[8] == "unreadable 20240101T000000Z-aaaaaa"
+
+
+STACK = {"sglang": "0.5.23", "torch": "2.11.0", "plugin": "0123456789ab", "gpu": "NVIDIA H200"}
+
+
+def test_the_live_ranks_serving_stack_is_a_line_per_host_and_stack(invoke, local_inventory, state_dir):
+    write_beat(state_dir, 0, stack=STACK)
+    write_beat(state_dir, 1, stack=STACK)
+    assert [r["stack"] for r in host_status(invoke, local_inventory)["ranks"]] == [STACK, STACK]
+    assert status_table(invoke, local_inventory).endswith(
+        "\nhost local serves with sglang 0.5.23, torch 2.11.0, plugin 0123456789ab, gpu NVIDIA H200\n")
+
+    write_beat(state_dir, 1, stack={**STACK, "sglang": "0.5.24"})
+    assert _stack_notes([host_status(invoke, local_inventory)]) == [
+        "host local rank 0 serves with sglang 0.5.23, torch 2.11.0, plugin 0123456789ab, gpu NVIDIA H200",
+        "host local rank 1 serves with sglang 0.5.24, torch 2.11.0, plugin 0123456789ab, gpu NVIDIA H200",
+    ]

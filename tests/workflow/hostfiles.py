@@ -26,6 +26,8 @@ def local_host(tmp_path, name="h1", tp_size=2):
 
 
 SETTINGS = Settings(operator="tester@here")
+# the serving stack write_heartbeats reports and write_verdict records (cutover.servingstack)
+STACK = {"sglang": "0.5.23", "torch": "2.11.0+cu130 (CUDA 13.0)", "plugin": "0123456789ab", "gpu": "NVIDIA H200"}
 
 
 def write_phase(host, phase, release_id="rel-a", run_id=None):
@@ -44,7 +46,7 @@ def write_phase(host, phase, release_id="rel-a", run_id=None):
     )
 
 
-def write_heartbeats(host, release_id="rel-a", mode="triton", generation=1, pid=4242):
+def write_heartbeats(host, release_id="rel-a", mode="triton", generation=1, pid=4242, stack=STACK):
     for rank in range(host.tp_size):
         beat = Heartbeat(
             rank=rank,
@@ -55,6 +57,7 @@ def write_heartbeats(host, release_id="rel-a", mode="triton", generation=1, pid=
             release_id=release_id,
             kernel="reference (no GPU)",
             written_at=time.time(),
+            stack=dict(stack),
         )
         atomic_write_text(host.paths.heartbeat(rank), beat.to_json())
 
@@ -65,8 +68,10 @@ def write_control(host, mode="triton", generation=1, lease_expires_at=None, rele
     return record
 
 
-def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=None, policy_file=None):
-    """A verdict as shadow writes it, judged under the policy of `policy_file` (default: the default policy)."""
+def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=None, policy_file=None,
+                  stacks=(STACK,)):
+    """A verdict as shadow writes it, judged under the policy of `policy_file` (default: the default policy), on
+    `stacks` (None: no stacks recorded, as an older cutover wrote it)."""
     atomic_write_text(
         host.paths.verdict(run_id),
         json.dumps(
@@ -79,6 +84,7 @@ def write_verdict(host, run_id, release_id="rel-a", outcome="passed", baseline=N
                 "baseline": {host.name: baseline or {}},
                 "policy_source": str(policy_file or "default"),
                 "policy_shadow": shadow_thresholds(load_policy(policy_file).shadow),
+                **({} if stacks is None else {"stacks": {host.name: [dict(stack) for stack in stacks]}}),
             }
         ),
     )

@@ -10,6 +10,7 @@ import time
 
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.runtime import PluginRuntime
+from cutover.servingstack import distinct_stacks
 from kernel_ext.reference import reference_extend_attention_fwd
 from kernel_ext.testing import make_verify_batch
 
@@ -37,6 +38,11 @@ class LocalServer:
         self._traffic = threading.Thread(target=self._drive, daemon=True) if traffic else None
         if self._traffic:
             self._traffic.start()
+
+    @property
+    def stacks(self) -> list[dict]:
+        """The serving stacks its ranks report, as a shadow verdict records them."""
+        return distinct_stacks(runtime.stack for runtime in self.runtimes)
 
     def _drive(self) -> None:
         batch = make_verify_batch(8, 8, 2, [30, 55], seed=0)

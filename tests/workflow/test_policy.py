@@ -44,6 +44,7 @@ def test_shipped_sandbox_policy_is_valid():
         ("shadow:\n  rel_l2_max: .nan\n", "shadow.rel_l2_max", "must be finite"),
         ("shadow:\n  rel_l2_maxx: 1\n", "shadow.rel_l2_maxx", "not a known field"),
         ("shadows:\n  rel_l2_max: 1\n", "shadows", "not a known section"),
+        ("scop: sandbox\n", "scop", "other top-level fields: version, scope"),
         ("shadow: 3\n", "shadow", "must be a mapping"),
         ("version: 2\n", "version", "must be 1"),
         ("- a\n- b\n", "<top level>", "must be a mapping"),

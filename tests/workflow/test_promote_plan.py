@@ -14,7 +14,7 @@ from cutover.workflow.observe import HostLink, trackers_from_ack
 from cutover.workflow.probes import ServerSample
 from cutover.workflow.promote import find_regression, plan_promotion
 
-from .hostfiles import SETTINGS, local_host, write_control, write_heartbeats, write_phase, write_verdict
+from .hostfiles import SETTINGS, STACK, local_host, write_control, write_heartbeats, write_phase, write_verdict
 
 RUN = "20261129T090000Z-aaaaaa"
 
@@ -52,6 +52,16 @@ def test_passed_release_is_planned_with_its_baseline(tmp_path):
             "did not pass release rel-b",
         ),
         (lambda h: write_heartbeats(h) or _age_heartbeats(h), "not every rank is heartbeating"),
+        (
+            lambda h: write_heartbeats(h, stack={**STACK, "sglang": "0.5.24"}),
+            "does not cover what the host serves with now: the serving stack changed since the run: "
+            "sglang 0.5.23 -> 0.5.24",
+        ),
+        (
+            lambda h: write_heartbeats(h, stack={**STACK, "plugin": "fedcba987654", "torch": "2.12.0"}),
+            "plugin 0123456789ab -> fedcba987654; torch 2.11.0+cu130 (CUDA 13.0) -> 2.12.0",
+        ),
+        (lambda h: write_verdict(h, RUN, stacks=None), "the verdict records no serving stack"),
     ],
 )
 def test_refusals_name_the_host_and_change_nothing(tmp_path, change, expected):
@@ -78,6 +88,13 @@ def test_force_plans_the_refused_host_and_keeps_the_refusal_for_the_journal(tmp_
     write_phase(host, "staged")
     [only] = plan(host, force=True)
     assert only.action == "promote" and "has not passed shadow" in only.override
+
+
+def test_force_overrides_a_changed_serving_stack_and_keeps_it_for_the_journal(tmp_path):
+    host = passed_host(tmp_path)
+    write_heartbeats(host, stack={**STACK, "gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"})
+    [only] = plan(host, force=True)
+    assert only.action == "promote" and "gpu NVIDIA H200 -> NVIDIA RTX PRO 6000" in only.override
 
 
 def test_already_promoted_is_a_no_op_plan(tmp_path):

@@ -40,9 +40,9 @@ def serving_hosts(tmp_path):
         for name in names:
             host = local_host(tmp_path, name)
             write_phase(host, "shadow_passed", run_id=RUN)
-            write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1})
             write_control(host)
             servers.append(LocalServer(host, traffic=False))
+            write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1}, stacks=servers[-1].stacks)
             hosts.append(host)
         return hosts
 

@@ -24,9 +24,9 @@ def host(tmp_path):
     tolerates failed probes: these tests are about the flip, the record and the rollback."""
     host = local_host(tmp_path)
     write_phase(host, "shadow_passed", run_id=RUN)
-    write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1})
     write_control(host)
     server = LocalServer(host, traffic=False)
+    write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1}, stacks=server.stacks)
     yield host
     server.stop()
 

@@ -1,6 +1,7 @@
 """How a shadow run ends when something other than a gate goes wrong, on the local hosts of test_shadow_run
-(every rank runs the real plugin runtime): a host whose ordinary return to Triton fails at the end, and lease
-renewals refused by a busy control write lock."""
+(every rank runs the real plugin runtime): a host whose ordinary return to Triton fails at the end, a host
+rolled back by on-call just before the end, lease renewals refused by a busy control write lock; and the serving
+stack the verdict records."""
 
 import contextlib
 import json
@@ -10,13 +11,17 @@ import time
 
 import pytest
 
+from checks.policy import load_policy
 from cutover import controlwrite
 from cutover.cli.shadow import passed_lines
-from cutover.errors import GateFailedError, HostError
+from cutover.errors import GateFailedError, HostError, PhaseError
+from cutover.rollback import rollback_hosts
 from cutover.transport import LocalTransport
-from cutover.workflow import observe
+from cutover.workflow import observe, shadow
+from cutover.workflow.observe import HostLink
+from cutover.workflow.promote import plan_promotion
 
-from .test_shadow_run import journal_actions, mode_of, phase_of, world  # noqa: F401 - world is a fixture
+from .test_shadow_run import SETTINGS, journal_actions, mode_of, phase_of, world  # noqa: F401 - world: a fixture
 
 
 class TritonFlipDrops(LocalTransport):
@@ -153,3 +158,50 @@ def test_a_rank_that_never_returns_to_triton_is_not_reported_back_on_triton(worl
     assert message.startswith(f"shadow run {os.listdir(h1.paths.verdicts)[0][:-5]} failed: rollback: host h2: ")
     assert "rollback: host h1" not in message
     assert (phase_of(h1), phase_of(h2)) == ("shadow_failed", "rolled_back")  # one verdict for the run
+
+
+def test_a_passed_run_names_the_host_on_call_rolled_back_between_its_last_tick_and_its_end(world, monkeypatch):
+    """No gate sees a rollback after the last tick: the run still passes on its data, but says the host cannot be
+    promoted from it (its phase is rolled_back), instead of a bare PASSED."""
+    hosts, run = world({"h1": True, "h2": True})
+    h1, h2 = hosts
+    real_return = shadow._ShadowRun._return_to_triton
+
+    def on_call_rolls_back_h2_first(self, why):
+        rollback_hosts(self.inventory, [h2], self.settings, reason="on-call: p99 latency alarm")
+        return real_return(self, why)
+
+    monkeypatch.setattr(shadow._ShadowRun, "_return_to_triton", on_call_rolls_back_h2_first)
+    outcome = run()
+
+    assert outcome.record.passed and outcome.rolled_back == {}
+    assert outcome.moved == {"h2": "rolled_back (set by tester@here: on-call: p99 latency alarm)"}
+    note = ("phase moved: host h2: its phase became rolled_back (set by tester@here: on-call: p99 latency alarm) "
+            "before the run ended, so the run did not record shadow_passed there and `cutover promote` refuses "
+            "it until a new `cutover shadow` run passes there")
+    assert outcome.warnings == [note] and outcome.record.reasons[0] == note
+    assert [phase_of(h) for h in hosts] == ["shadow_passed", "rolled_back"]
+    lines = passed_lines(outcome, "cutover shadow --minutes 2")
+    warning = next(i for i, line in enumerate(lines) if line.startswith("WARNING:"))
+    assert "h2 cannot be promoted from this run" in lines[warning] and f"  {note}" in lines[warning + 1:]
+    assert "  or promote the hosts that passed alone: cutover promote --limit h1" in lines
+
+
+def test_the_verdict_records_the_serving_stack_promote_then_holds_the_host_to(world, tmp_path):
+    hosts, run = world({"h1": True})
+    (h1,) = hosts
+    outcome = run()
+    runtimes = world.servers[0].runtimes
+    assert outcome.record.stacks == {"h1": [runtimes[0].stack]} and runtimes[0].stack["gpu"] == "none (cpu)"
+    stored = json.loads(open(h1.paths.verdict(outcome.record.run_id)).read())
+    assert stored["stacks"] == {"h1": [runtimes[0].stack]}
+
+    policy = load_policy(tmp_path / "policy.yml")  # the run's own: promote's may be no looser
+    [planned] = plan_promotion([HostLink(h1, SETTINGS)], False, policy)
+    assert planned.action == "promote"
+
+    for runtime in runtimes:  # SGLang upgraded under the same release, ranks restarted
+        runtime.stack = {**runtime.stack, "sglang": "0.5.99"}
+    time.sleep(0.3)  # a few polls: every heartbeat reports the new stack
+    with pytest.raises(PhaseError, match=r"does not cover what the host serves with now: .*sglang \S+ -> 0\.5\.99"):
+        plan_promotion([HostLink(h1, SETTINGS)], False, policy)
