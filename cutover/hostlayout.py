@@ -139,6 +139,9 @@ class ControlRecord:
 
     lease_expires_at is a UNIX time; None means leaseless (only triton, and custom after the watch window).
     sample_rate N means: in shadow mode, compare every Nth verify call.
+    stacks: the serving stacks (Heartbeat.stack) promote approved custom on; a rank reporting another runs
+    triton (an SGLang upgrade and restart after promote). None: no such limit (triton, shadow, a forced promote
+    on ranks that report no usable stack).
     """
 
     mode: str = "triton"
@@ -150,6 +153,7 @@ class ControlRecord:
     set_at: float = 0.0
     reason: str = ""
     schema: int = SCHEMA_VERSION
+    stacks: list | None = None
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -162,6 +166,9 @@ class ControlRecord:
         if lease is not None and (isinstance(lease, bool) or not isinstance(lease, (int, float))
                                   or not math.isfinite(lease)):
             raise ValueError(f"control lease_expires_at {lease!r} must be a finite UNIX time or null")
+        if self.stacks is not None and (not isinstance(self.stacks, list)
+                                        or not all(isinstance(stack, dict) for stack in self.stacks)):
+            raise ValueError(f"control stacks {self.stacks!r} must be a list of serving stacks or null")
 
     def lease_expired(self, now: float | None = None) -> bool:
         return self.lease_expires_at is not None and (now or time.time()) >= self.lease_expires_at

@@ -135,10 +135,11 @@ class HostState:
             ) from exc
 
     def set_mode(self, mode: str, *, reason: str, lease_s: float | None = None, release_id: str | None = None,
-                 sample_rate: int | None = None, expect_generation: int | None = None) -> ControlRecord:
+                 sample_rate: int | None = None, expect_generation: int | None = None,
+                 stacks: list | None = None) -> ControlRecord:
         """Write a new control generation asking every rank for `mode`; returns the record written. With
         `expect_generation`, only on top of that generation: a change the caller has not seen (a rollback)
-        is never overwritten."""
+        is never overwritten. `stacks`: the only serving stacks the ranks may run `mode` on (None: any)."""
         with self._writing_control() as lock:
             if expect_generation is not None:
                 current = self._require_generation(expect_generation)
@@ -156,6 +157,7 @@ class HostState:
                 set_by=self.settings.operator,
                 set_at=self.now(),
                 reason=reason,
+                stacks=stacks,
             )
             record.validate()
             self._write_control(lock, record)

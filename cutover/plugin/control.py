@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.servingstack import describe, stack_key
 
 log = logging.getLogger("cutover.plugin")
 
@@ -51,6 +52,7 @@ class ControlState:
         self.unclean_reason = unclean_reason
         self.unavailable = ""  # set when this process cannot run the custom path at all
         self.release_id: str | None = None  # the release this process loaded (None: none)
+        self.stack: dict = {}  # the serving stack this process runs (cutover.servingstack)
         self._ignored_generation: int | None = None
 
     def observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:
@@ -65,6 +67,11 @@ class ControlState:
             return Decision("triton", 1, f"control.json asks for {decision.mode} with release {asked_for}, but "
                                          f"this process loaded {self.release_id or 'no release'}: restart serving "
                                          f"to load it (`cutover stage --yes`)")
+        allowed = self.applied.stacks if self.applied else None
+        if allowed is not None and stack_key(self.stack) not in map(stack_key, allowed):  # e.g. SGLang upgraded
+            return Decision("triton", 1, f"control.json allows {decision.mode} only on the serving stack promote "
+                                         f"approved ({' | '.join(map(describe, allowed))}); this process runs "
+                                         f"{describe(self.stack)}: shadow and promote again on it")
         return decision
 
     def _observe(self, record: ControlRecord | None, problem: str, now: float) -> Decision:

@@ -67,7 +67,6 @@ class PluginRuntime:
             kernels = None
             log.warning("cutover: rank %s stays on Triton: %s", rank, unavailable)
         self.kernels = kernels
-        self.stack = _reported_stack(self.device)
         self.kernel_label = kernels.label if kernels else (CUDA_LABEL if self.device.type == "cuda"
                                                            else REFERENCE_LABEL)
         self.active = kernels is not None
@@ -84,6 +83,7 @@ class PluginRuntime:
         self.control = ControlLoop(paths, rank, self._apply, self._tick, **loop_args)
         self.control.state.unavailable = unavailable
         self.control.state.release_id = self.release_id
+        self.control.state.stack = _reported_stack(self.device)
         self._next_drain = 0.0
         self._next_idle_line = 0.0
         self._started = False
@@ -97,6 +97,11 @@ class PluginRuntime:
         self.problems[message] = count + 1
         if count == 0:
             log.warning("cutover: rank %s: %s", self.rank, message)
+
+    @property
+    def stack(self) -> dict:
+        """The serving stack this process runs: in every heartbeat, and what a custom request is checked against."""
+        return self.control.state.stack
 
     @property
     def unavailable(self) -> str:

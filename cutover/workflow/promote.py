@@ -24,7 +24,7 @@ from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
 from cutover.rollback import rollback_hosts
-from cutover.servingstack import distinct_stacks, stack_changes
+from cutover.servingstack import distinct_stacks, stack_changes, unusable
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
@@ -53,6 +53,7 @@ class HostPlan:
     run_id: str | None = None
     override: str = ""  # the refusal --force overrode
     generation: int | None = None  # control.json's generation when checked: the flip builds on it, or refuses
+    stacks: list[dict] | None = None  # the serving stacks the ranks run now: custom is approved on these only
 
 
 @dataclass
@@ -104,7 +105,7 @@ def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None
     loaded = release_of(views)
     control = link.call(lambda st: st.read_control())
     plan = HostPlan(link.host, phase.release_id, "promote", run_id=phase.run_id,
-                    generation=control.generation if control else None)
+                    generation=control.generation if control else None, stacks=approvable_stacks(views))
     if phase.phase == "promoted":
         if control and control.mode == "custom" and control.lease_expires_at is None and loaded == phase.release_id:
             off_custom = [v for v in views if v.heartbeat.mode_active != "custom"]  # all fresh: loaded is set
@@ -142,20 +143,29 @@ def _plan_host(link: HostLink, policy: Policy) -> tuple[HostPlan, Refusal | None
     if not verdict.get("passed") or verdict.get("release_id") != loaded:
         return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} did not pass release {loaded} "
                              f"(verdict: {verdict.get('verdict')}, release {verdict.get('release_id')})", SHADOW_FIX)
+    doubts, fixes = [], []  # both are named (and journaled if forced), so neither hides the other
     looser = looser_than(verdict.get("policy_shadow"), policy.shadow)
     if looser:
-        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} was judged under a looser policy "
-                             f"({verdict.get('policy_source') or 'not recorded'}) than this one ({policy.source}): "
-                             + "; ".join(looser), f"shadow again under {policy.source}, or promote with the "
-                             "policy the run was judged under (--policy) if it is the one meant (or --force, "
-                             "journaled)")
+        doubts.append(f"was judged under a looser policy ({verdict.get('policy_source') or 'not recorded'}) than "
+                      f"this one ({policy.source}): " + "; ".join(looser))
+        fixes.append(f"shadow again under {policy.source}, or promote with the policy the run was judged under "
+                     "(--policy) if it is the one meant")
     changes = stack_changes(_recorded_stacks(verdict, link.name), distinct_stacks(v.heartbeat.stack for v in views))
     if changes:
-        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} does not cover what the host serves "
-                             f"with now: {'; '.join(changes)}", "shadow the staged release again on this serving "
-                             "stack (or --force, journaled)")
+        doubts.append(f"does not cover what the host serves with now: {'; '.join(changes)}")
+        fixes.append("shadow the staged release again on this serving stack")
+    if doubts:
+        return plan, Refusal(f"host {link.name}: shadow run {phase.run_id} " + "; and it ".join(doubts),
+                             "; or ".join(fixes) + " (or --force, journaled)")
     plan.baseline = (verdict.get("baseline") or {}).get(link.name, {})
     return plan, None
+
+
+def approvable_stacks(views) -> list[dict] | None:
+    """The distinct serving stacks of the live ranks, which control.json then names as the only ones custom may run
+    on; None (no such limit) when a rank reports none usable (a forced promote of an older plugin)."""
+    stacks = distinct_stacks(view.heartbeat.stack for view in views if view.fresh)
+    return None if not stacks or any(unusable(stack) for stack in stacks) else stacks
 
 
 def _recorded_stacks(verdict: dict, host: str) -> list[dict] | None:
@@ -255,7 +265,7 @@ def _promote_host(
         control = link.call(
             lambda st: st.set_mode(
                 "custom", reason="promote: guarded watch", release_id=plan.release_id, lease_s=options.lease_ttl_s,
-                expect_generation=plan.generation,
+                expect_generation=plan.generation, stacks=plan.stacks,
             )
         )
         link.call(
@@ -287,7 +297,7 @@ def _promote_host(
         leased = False
         final = link.call(
             lambda st: st.set_mode("custom", reason="promoted after a clean watch", release_id=plan.release_id,
-                                   expect_generation=control.generation)
+                                   expect_generation=control.generation, stacks=plan.stacks)
         )
         link.call(lambda st: st.wait_for_ack(final.generation))
         link.call(

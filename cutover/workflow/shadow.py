@@ -24,7 +24,7 @@ from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
 from checks.policy import Policy, shadow_thresholds
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
-from cutover.hoststate import LockRecord
+from cutover.hoststate import LockRecord, PhaseRecord
 from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks
 from cutover.workflow.load import LoadDriver, LoadSpec
@@ -99,6 +99,11 @@ def rollback_path_notes(returned: dict[str, str]) -> list[str]:
         "passes there"
         for name, error in returned.items()
     ]
+
+
+def _phase_line(phase: PhaseRecord) -> str:
+    """'rolled_back (set by bob@ops: p99 alarm)'."""
+    return f"{phase.phase} (set by {phase.set_by or 'someone'}: {phase.reason or 'no reason given'})"
 
 
 def phase_moved_notes(moved: dict[str, str]) -> list[str]:
@@ -215,6 +220,7 @@ class _ShadowRun:
         self.unconfirmed: bool = False  # a rollback could not confirm Triton somewhere (the lease does it)
         self.returned_by_rollback: dict[str, str] = {}  # end of run: host -> why its ordinary return failed
         self.moved: dict[str, str] = {}  # end of run: host -> the phase someone else gave it (`_phases_moved`)
+        self.return_failed: set[str] = set()  # end of run: hosts whose ordinary return to Triton failed
         self.summary = StatsSummary(
             generations={}, truth_k=self.policy.shadow.truth_anchor_k, truth_floor=self.policy.shadow.truth_anchor_floor
         )
@@ -440,6 +446,7 @@ class _ShadowRun:
                 run.link.call(lambda st: st.wait_for_ack(control.generation, mode="triton"))
             except CutoverError as exc:
                 failed[run.link.name] = exc.message
+        self.return_failed = set(failed)
         if not failed:
             return []
         hosts = [run.link.host for run in self.runs if run.link.name in failed]
@@ -467,21 +474,25 @@ class _ShadowRun:
             return self._conclude("failed", problems + notes + renewals + verdict.reasons(), verdict)
         return self._conclude("failed", verdict.reasons() + problems + notes + renewals, verdict)
 
+    def _ours(self, phase: PhaseRecord) -> bool:
+        """Whether `phase` is still this run's shadowing: only then does the run record its outcome as the phase."""
+        return phase.phase == "shadowing" and phase.run_id == self.run_id
+
     def _phases_moved(self) -> dict[str, str]:
-        """Hosts (other than those the rollback path returned) whose phase is no longer this run's shadowing: an
-        on-call rollback between the last tick and the end, say, which no gate sees. An unreadable phase is
-        left to `_record`, which cannot write there either."""
+        """Hosts whose phase someone else moved off this run's shadowing: an on-call rollback between the last
+        tick and the end, say, which no gate sees. Hosts whose ordinary return to Triton failed are left out
+        (the rollback path moved theirs), and an unreadable phase is left to `_record`, which cannot write there
+        either."""
         moved = {}
         for link in self.entered:
-            if link.name in self.returned_by_rollback:
+            if link.name in self.return_failed:
                 continue
             try:
                 phase = link.call(lambda st: st.read_phase())
             except CutoverError:
                 continue
-            if phase.phase != "shadowing" or phase.run_id != self.run_id:
-                moved[link.name] = (f"{phase.phase} (set by {phase.set_by or 'someone'}: "
-                                    f"{phase.reason or 'no reason given'})")
+            if not self._ours(phase):
+                moved[link.name] = _phase_line(phase)
         return moved
 
     def _finish(self, outcome: str, reasons: list[str], rolled_back: list[str] | None = None) -> ShadowOutcome:
@@ -552,12 +563,15 @@ class _ShadowRun:
             extra = {"returned_through_rollback": returned} if returned is not None else {}
             with contextlib.suppress(CutoverError):
                 link.call(lambda st: st.transport.write_atomic(st.paths.verdict(self.run_id), record.to_json()))
-                if link.call(lambda st: st.read_phase()).phase == "shadowing":
+                now = link.call(lambda st: st.read_phase())
+                if self._ours(now):
                     link.call(
                         lambda st: st.set_phase(
                             phase, release_id=self.release_id, run_id=self.run_id, reason="; ".join(reasons[:2])
                         )
                     )
+                elif record.passed and link.name not in self.return_failed:  # moved after `_phases_moved` read it
+                    self.moved.setdefault(link.name, _phase_line(now))
                 link.call(
                     lambda st: st.journal(
                         "shadow_end",

@@ -458,9 +458,9 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     return key < key_end ? (int64_t)kv_indices[w.kv_start + key] : 0;
   };
   // Gather prefix tile kt into a stage; `ids` are its row ids (global memory in the prologue, then the
-  // shared ring, filled one tile ahead so no load in this loop waits on an index). THREADS / N_TILE consecutive
-  // threads copy a row in whole 128-byte lines: one row id and one address per thread, its pieces at fixed offsets
-  // (v61; per-piece address arithmetic took ~20 % of the small tiles' time).
+  // shared ring, filled one tile ahead so no load in this loop waits on an index). GATHER_THREADS / N_TILE
+  // consecutive gatherer threads copy a row in whole 128-byte lines: one row id and one address per thread, its
+  // pieces at fixed offsets (v61; per-piece address arithmetic took ~20 % of the small tiles' time).
   static_assert(C::GATHER_THREADS % C::N_TILE == 0 && kRowChunks % (C::GATHER_THREADS / C::N_TILE) == 0,
                 "gather layout");
   constexpr int kRowThreads = C::GATHER_THREADS / C::N_TILE;

@@ -163,3 +163,36 @@ def test_a_request_for_another_release_than_the_one_loaded_runs_triton_and_says_
     assert state.observe(same, "", time.time()).mode == "custom"
     unnamed = ControlRecord(mode="shadow", generation=4)  # a request that names no release (an older cutover)
     assert state.observe(unnamed, "", time.time()).mode == "shadow"
+
+
+def test_custom_runs_only_on_a_serving_stack_control_json_approves():
+    """promote names the stacks it approved custom on: a rank that restarted on another (SGLang upgraded after the
+    promote) runs triton and says why; no limit (None) leaves any stack alone."""
+    from cutover.hostlayout import ControlRecord
+
+    approved = {"sglang": "0.5.23", "torch": "2.11.0", "plugin": "0123456789ab", "gpu": "NVIDIA H200"}
+    state = ControlState()
+    state.stack = {**approved, "sglang": "0.5.24"}
+    decision = state.observe(ControlRecord(mode="custom", generation=2, stacks=[approved]), "", time.time())
+    assert decision.mode == "triton"
+    assert decision.reason == (
+        "control.json allows custom only on the serving stack promote approved (sglang 0.5.23, torch 2.11.0, plugin "
+        "0123456789ab, gpu NVIDIA H200); this process runs sglang 0.5.24, torch 2.11.0, plugin 0123456789ab, gpu "
+        "NVIDIA H200: shadow and promote again on it")
+    state.stack = dict(approved)
+    assert state.observe(ControlRecord(mode="custom", generation=3, stacks=[approved]), "", time.time()).mode == "custom"
+    state.stack = {}
+    assert state.observe(ControlRecord(mode="custom", generation=4), "", time.time()).mode == "custom"
+    assert state.observe(ControlRecord(mode="custom", generation=5, stacks=[approved]), "", time.time()).mode == "triton"
+
+
+def test_a_control_file_with_malformed_stacks_is_corrupt():
+    from cutover.hostlayout import ControlRecord
+
+    for stacks in ("sglang 0.5.23", [["0.5.23"]], {"sglang": "0.5.23"}):
+        try:
+            ControlRecord.from_json(json.dumps({"mode": "custom", "generation": 2, "stacks": stacks}))
+        except ValueError as exc:
+            assert "control stacks" in str(exc)
+        else:
+            raise AssertionError(f"stacks {stacks!r} accepted")

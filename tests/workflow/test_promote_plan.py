@@ -90,6 +90,19 @@ def test_force_plans_the_refused_host_and_keeps_the_refusal_for_the_journal(tmp_
     assert only.action == "promote" and "has not passed shadow" in only.override
 
 
+def test_a_looser_policy_and_a_changed_stack_are_both_named_so_force_journals_both(tmp_path):
+    host = passed_host(tmp_path)
+    write_verdict(host, RUN, policy_file=Path(__file__).resolve().parents[2] / "checks/policies/sandbox.yml")
+    write_heartbeats(host, stack={**STACK, "sglang": "0.5.24"})
+    with pytest.raises(PhaseError) as caught:
+        plan(host)
+    assert "was judged under a looser policy" in str(caught.value)
+    assert "; and it does not cover what the host serves with now: the serving stack changed since the run: " \
+           "sglang 0.5.23 -> 0.5.24" in str(caught.value)
+    [only] = plan(host, force=True)
+    assert "looser policy" in only.override and "sglang 0.5.23 -> 0.5.24" in only.override
+
+
 def test_force_overrides_a_changed_serving_stack_and_keeps_it_for_the_journal(tmp_path):
     host = passed_host(tmp_path)
     write_heartbeats(host, stack={**STACK, "gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"})

@@ -1,14 +1,18 @@
 """`run_promote` end to end on a local host whose ranks run the real plugin runtime: a promote without a shadow
-baseline says what the watch cannot check, and a failure recording the promotion rolls the host back."""
+baseline says what the watch cannot check, a failure recording the promotion rolls the host back, and a rank back
+on another serving stack after the promote runs triton."""
 
 import json
+import time
 
 import pytest
 
 from checks.policy import load_policy
 from cutover.config import Inventory, Settings
-from cutover.errors import GateFailedError
-from cutover.workflow.promote import PromoteOptions, run_promote, unchecked_watch_checks
+from cutover.errors import GateFailedError, PhaseError
+from cutover.hostlayout import read_heartbeat
+from cutover.workflow.observe import HostLink
+from cutover.workflow.promote import PromoteOptions, plan_promotion, run_promote, unchecked_watch_checks
 
 from .hostfiles import local_host, write_control, write_phase, write_verdict
 from .serving import LocalServer
@@ -82,3 +86,30 @@ def test_failure_recording_the_promotion_rolls_the_host_back(host, tmp_path):
     assert "phase.json is corrupt" in str(caught.value) and "rolled back to Triton" in str(caught.value)
     assert state_of(host) == ("triton", True, "rolled_back")
     assert journal(host)[-1]["action"] == "promote_rolled_back"
+
+
+def test_a_promoted_rank_restarted_on_another_serving_stack_runs_triton_and_promote_says_so(tmp_path):
+    """promote names in control.json the stacks it approved custom on, so a rank that comes back on another one
+    (SGLang upgraded, serving restarted cleanly) does not run the custom kernel unjudged."""
+    host = local_host(tmp_path, "h2")
+    write_phase(host, "shadow_passed", run_id=RUN)
+    write_control(host)
+    server = LocalServer(host, traffic=False)
+    try:
+        write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1}, stacks=server.stacks)
+        [result] = promote(host, tmp_path, lambda event: None)
+        assert result.outcome == "promoted" and state_of(host) == ("custom", True, "promoted")
+        assert json.loads(open(host.paths.control).read())["stacks"] == server.stacks
+
+        for runtime in server.runtimes:
+            runtime.control.state.stack = {**runtime.stack, "sglang": "0.5.99"}
+        deadline = time.monotonic() + 5
+        while any(read_heartbeat(host.paths.heartbeat(r.rank)).mode_active != "triton" for r in server.runtimes):
+            assert time.monotonic() < deadline, "a rank kept running custom on a stack promote never approved"
+            time.sleep(0.02)
+        reason = read_heartbeat(host.paths.heartbeat(0)).reason
+        assert reason.startswith("control.json allows custom only on the serving stack promote approved")
+        with pytest.raises(PhaseError, match="host h2: promoted, but rank 0 runs triton"):
+            plan_promotion([HostLink(host, SETTINGS)], False, load_policy(tmp_path / "policy.yml"))
+    finally:
+        server.stop()

@@ -15,6 +15,7 @@ from checks.policy import load_policy
 from cutover import controlwrite
 from cutover.cli.shadow import passed_lines
 from cutover.errors import GateFailedError, HostError, PhaseError
+from cutover.hostlayout import read_heartbeat
 from cutover.rollback import rollback_hosts
 from cutover.transport import LocalTransport
 from cutover.workflow import observe, shadow
@@ -187,6 +188,27 @@ def test_a_passed_run_names_the_host_on_call_rolled_back_between_its_last_tick_a
     assert "  or promote the hosts that passed alone: cutover promote --limit h1" in lines
 
 
+def test_a_rollback_after_the_end_check_still_warns(world, monkeypatch):
+    """On-call's rollback lands after the run read the phases, before it records the outcome: the run leaves the
+    phase as on-call set it and its output still names the host (the verdict's reasons cannot any more)."""
+    hosts, run = world({"h1": True, "h2": True})
+    h1, h2 = hosts
+    real_moved = shadow._ShadowRun._phases_moved
+
+    def read_then_on_call_rolls_back(self):
+        moved = real_moved(self)
+        rollback_hosts(self.inventory, [h2], self.settings, reason="on-call: late")
+        return moved
+
+    monkeypatch.setattr(shadow._ShadowRun, "_phases_moved", read_then_on_call_rolls_back)
+    outcome = run()
+    assert outcome.record.passed and outcome.moved == {"h2": "rolled_back (set by tester@here: on-call: late)"}
+    assert [phase_of(h) for h in hosts] == ["shadow_passed", "rolled_back"]
+    assert not any(reason.startswith("phase moved") for reason in outcome.record.reasons)
+    assert any(line.startswith("WARNING: the gates passed, but h2 cannot be promoted")
+               for line in passed_lines(outcome, "cutover shadow --minutes 2"))
+
+
 def test_the_verdict_records_the_serving_stack_promote_then_holds_the_host_to(world, tmp_path):
     hosts, run = world({"h1": True})
     (h1,) = hosts
@@ -201,7 +223,10 @@ def test_the_verdict_records_the_serving_stack_promote_then_holds_the_host_to(wo
     assert planned.action == "promote"
 
     for runtime in runtimes:  # SGLang upgraded under the same release, ranks restarted
-        runtime.stack = {**runtime.stack, "sglang": "0.5.99"}
-    time.sleep(0.3)  # a few polls: every heartbeat reports the new stack
+        runtime.control.state.stack = {**runtime.stack, "sglang": "0.5.99"}
+    deadline = time.monotonic() + 5
+    while any(read_heartbeat(h1.paths.heartbeat(r.rank)).stack["sglang"] != "0.5.99" for r in runtimes):
+        assert time.monotonic() < deadline, "the ranks' heartbeats never reported the new stack"
+        time.sleep(0.02)
     with pytest.raises(PhaseError, match=r"does not cover what the host serves with now: .*sglang \S+ -> 0\.5\.99"):
         plan_promotion([HostLink(h1, SETTINGS)], False, policy)
