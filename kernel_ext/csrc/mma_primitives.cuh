@@ -1,4 +1,5 @@
-// Warp-level primitives shared by the verify kernels: cp.async with zero fill, ldmatrix, mma.sync bf16.
+// Warp-level primitives shared by the verify kernels: cp.async with zero fill, named barriers, ldmatrix, mma.sync
+// bf16.
 // mma.sync.m16n8k16 (bf16 in, fp32 accumulate) runs on sm_80, sm_90 and sm_120 alike.
 #pragma once
 
@@ -19,6 +20,16 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Barrier `id` (1-15) of `threads` threads (whole warps): a group of a block's warps waits for one another, and
+// shared-memory writes before it are visible to the group after it. Unlike __syncthreads (bar.sync, which is
+// barrier.sync.aligned: every thread at the same instruction) these may be reached from different places in the
+// code, as warps with different roles do.
+__device__ __forceinline__ void sync_threads_of(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// The whole block's barrier (id 0), reachable from different places in the code.
+__device__ __forceinline__ void sync_block() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -132,18 +132,27 @@ __device__ __forceinline__ float row_abs_max(Pair pair) {
   return quad_max(m);
 }
 
-template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, int WS_K_, int WO_M_, int WO_D_>
+template <int M_TILE_, int N_TILE_, int STAGES_, int WS_M_, int WS_N_, bool ROLES_, int WO_M_, int WO_D_>
 struct TileConfig {
   static constexpr int M_TILE = M_TILE_, N_TILE = N_TILE_, STAGES = STAGES_;
-  // warp grid of S = Q K^T (rows x keys x parts of the 576 dims). With WS_K > 1 the warps of k part 0 sum the
-  // others' S through shared memory and alone run the softmax, while the warps of the last part issue the
-  // next tile's gather: the copies' address arithmetic leaves the softmax's path.
-  static constexpr int WS_M = WS_M_, WS_N = WS_N_, WS_K = WS_K_;
+  static constexpr int WS_M = WS_M_, WS_N = WS_N_;  // warp grid of S = Q K^T (rows x keys)
   static constexpr int WO_M = WO_M_, WO_D = WO_D_;  // warp grid of O = P V (rows x value dims)
-  static constexpr int WARPS = WS_M * WS_N * WS_K;
+  // Without ROLES every warp computes both S and O, in sequence. With ROLES the S warps (scorers: S and the
+  // softmax of tile k) and the O warps (accumulators: P V of tile k - 1, then the gather of tile k + STAGES - 1
+  // into its stage) are different warps working side by side, and P and the rescale factors are double-buffered.
+  static constexpr bool ROLES = ROLES_;
+  static constexpr int kScorersBarrier = 1, kAccumulatorsBarrier = 2;  // named barriers of the roles (0: the block)
+  static constexpr int S_WARPS = WS_M * WS_N, O_WARPS = WO_M * WO_D;
+  static constexpr int WARPS = ROLES ? S_WARPS + O_WARPS : S_WARPS;
   static constexpr int THREADS = WARPS * 32;
-  static constexpr int GATHER_THREADS = THREADS / WS_K;  // the warps of the last k part copy the KV tiles
-  static constexpr int K_STEPS = kDimQK / 16 / WS_K;     // S's k-steps per warp
+  static constexpr int GATHER_THREADS = O_WARPS * 32;  // the O warps copy the KV tiles
+  static constexpr int P_BUFFERS = ROLES ? 2 : 1;
+  // Independent mma chains a warp spreads S's 36 k-steps over. With ROLES the scorers' S is a tile's longest
+  // path, and one 16 x 8 fragment per warp would be one chain of 36 dependent mma.sync (v64, docs/perf.md).
+  static constexpr int S_CHAINS = ROLES ? 2 : 1;
+  // K-steps of Q a scorer keeps in registers as mma A fragments for the whole split (4 per k-step) instead of
+  // reading them from shared memory for every tile; the rest it reads with ldmatrix (v65, docs/perf.md).
+  static constexpr int Q_REG_STEPS = ROLES ? 28 : 0;
   static constexpr int LD = kDimQK + 8;  // padded smem row (elements): 8 rows of ldmatrix hit distinct banks
   static constexpr int P_LD = N_TILE + 8;
   static constexpr int S_ROWS = M_TILE / WS_M, S_COLS = N_TILE / WS_N;
@@ -152,28 +161,25 @@ struct TileConfig {
   static constexpr int MT_O = O_ROWS / 16, NT_O = O_DIMS / 8;
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_KV = OFF_Q + M_TILE * LD * 2;
-  static constexpr int OFF_P = OFF_KV + STAGES * N_TILE * LD * 2;
-  static constexpr int OFF_RED = OFF_P + M_TILE * P_LD * 2;       // [WS_N][M_TILE] partial row max
-  static constexpr int OFF_ALPHA = OFF_RED + WS_N * M_TILE * 4;   // [M_TILE] rescale factor
-  static constexpr int OFF_LRED = OFF_ALPHA + M_TILE * 4;         // [WS_N][M_TILE] partial row sum
-  static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;   // [M_TILE] final row max
-  static constexpr int OFF_OMAX = OFF_MFIN + M_TILE * 4;          // [WO_D][M_TILE] largest |O| of a row slice
-  static constexpr int OFF_IDX = OFF_OMAX + WO_D * M_TILE * 4;    // [2][N_TILE] KV row ids of upcoming tiles
-  static constexpr int OFF_SX = (OFF_IDX + 2 * N_TILE * 8 + 15) / 16 * 16;  // [WS_K-1][S warps][lane] S parts
-  static constexpr int SX_FRAGS = MT_S * NT_S;                     // float4 per lane and S warp
-  static constexpr int SMEM_BYTES = OFF_SX + (WS_K - 1) * WS_M * WS_N * 32 * SX_FRAGS * 16;
-  static_assert(WO_M * WO_D == WARPS, "S and O warp grids must use the same warps");
+  static constexpr int OFF_P = OFF_KV + STAGES * N_TILE * LD * 2;             // [P_BUFFERS][M_TILE][P_LD] P
+  static constexpr int OFF_RED = OFF_P + P_BUFFERS * M_TILE * P_LD * 2;       // [WS_N][M_TILE] partial row max
+  static constexpr int OFF_ALPHA = OFF_RED + WS_N * M_TILE * 4;               // [P_BUFFERS][M_TILE] rescale factor
+  static constexpr int OFF_LRED = OFF_ALPHA + P_BUFFERS * M_TILE * 4;         // [WS_N][M_TILE] partial row sum
+  static constexpr int OFF_MFIN = OFF_LRED + WS_N * M_TILE * 4;               // [M_TILE] final row max
+  static constexpr int OFF_OMAX = OFF_MFIN + M_TILE * 4;                      // [WO_D][M_TILE] largest |O| of a row slice
+  static constexpr int OFF_IDX = OFF_OMAX + WO_D * M_TILE * 4;                // [2][N_TILE] KV row ids of upcoming tiles
+  static constexpr int SMEM_BYTES = (OFF_IDX + 2 * N_TILE * 8 + 15) / 16 * 16;
+  static_assert(ROLES || O_WARPS == S_WARPS, "without ROLES, S and O warp grids must use the same warps");
   static_assert(S_ROWS % 16 == 0 && S_COLS % 8 == 0 && N_TILE % 16 == 0, "tile shape");
   static_assert(O_ROWS % 16 == 0 && NT_O % 2 == 0, "O tile shape");
   static_assert(kSplitAlign % N_TILE == 0, "split alignment");
-  static_assert(kDimQK / 16 % WS_K == 0, "S's k-steps split evenly over the k parts");
 };
 
 // sm_90 class (227 KB shared memory per block): 64 rows x 32 keys, 3 stages, 8 warps, ~190 KB.
-using LargeTiles = TileConfig<64, 32, 3, 4, 2, 1, 2, 4>;
-// sm_120 class (~99 KB per block): 32 rows x 16 keys, 3 stages, 8 warps (S over two halves of the 576 dims,
-// v62), ~97 KB. With two stages a tile's gather had only the softmax before it to land (v60, docs/perf.md).
-using SmallTiles = TileConfig<32, 16, 3, 2, 2, 2, 2, 4>;
+using LargeTiles = TileConfig<64, 32, 3, 4, 2, false, 2, 4>;
+// sm_120 class (~99 KB per block): 32 rows x 16 keys, 3 stages, 4 scorer warps and 4 accumulator warps (v63),
+// ~96 KB. With two stages a tile's gather had only the softmax before it to land (v60, docs/perf.md).
+using SmallTiles = TileConfig<32, 16, 3, 2, 2, true, 2, 2>;
 static_assert(SmallTiles::SMEM_BYTES <= 99 * 1024, "sm_120 allows 99 KB of shared memory per block");
 
 // ---------------------------------------------------------------------------------------------------------
@@ -429,26 +435,27 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-  // k part 0 scores and runs the softmax, the last k part gathers (with WS_K == 1 every warp does both: the
-  // compile-time forms keep that kernel's code as it was)
-  constexpr bool kParts = C::WS_K > 1;
-  const int ws_m = warp % C::WS_M, ws_n = kParts ? warp / C::WS_M % C::WS_N : warp / C::WS_M;
-  const int ws_k = kParts ? warp / (C::WS_M * C::WS_N) : 0;
-  const int wo_m = warp % C::WO_M, wo_d = warp / C::WO_M;
-  const bool scorer = !kParts || ws_k == 0, gatherer = !kParts || ws_k == C::WS_K - 1;
-  const int gtid = kParts ? tid - (C::WS_K - 1) * C::GATHER_THREADS : tid;  // index among the gatherers
+  // With ROLES the first S_WARPS warps score and the others accumulate and gather; without, every warp does all
+  // (the compile-time forms keep that kernel's code as it was).
+  const bool scorer = !C::ROLES || warp < C::S_WARPS, accumulator = !C::ROLES || warp >= C::S_WARPS;
+  const int owarp = C::ROLES ? warp - C::S_WARPS : warp;  // index among the O warps
+  const int ws_m = warp % C::WS_M, ws_n = warp / C::WS_M;
+  const int wo_m = owarp % C::WO_M, wo_d = owarp / C::WO_M;
+  const int gtid = C::ROLES ? tid - C::S_WARPS * 32 : tid;  // index among the gatherers
 
-  // Q tile (zero rows past the request's last row).
-  for (int i = tid; i < C::M_TILE * kRowChunks; i += C::THREADS) {
-    const int r = i / kRowChunks, ch = i - r * kRowChunks, grow = row0 + r;
-    const __nv_bfloat16* src = a.q;
-    int bytes = 0;
-    if (grow < rows_b) {
-      const int t = grow / H, h = grow - t * H;
-      src = a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1 + ch * 8;
-      bytes = 16;
+  // Q tile (zero rows past the request's last row), copied by the scorers.
+  if (scorer) {
+    for (int i = tid; i < C::M_TILE * kRowChunks; i += C::S_WARPS * 32) {
+      const int r = i / kRowChunks, ch = i - r * kRowChunks, grow = row0 + r;
+      const __nv_bfloat16* src = a.q;
+      int bytes = 0;
+      if (grow < rows_b) {
+        const int t = grow / H, h = grow - t * H;
+        src = a.q + (qo_start + t) * a.sq0 + (int64_t)h * a.sq1 + ch * 8;
+        bytes = 16;
+      }
+      cp_async16(sQ + r * C::LD + ch * 8, src, bytes);
     }
-    cp_async16(sQ + r * C::LD + ch * 8, src, bytes);
   }
 
   const int n_tiles = (key_end - key_begin + C::N_TILE - 1) / C::N_TILE;
@@ -464,7 +471,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   static_assert(C::GATHER_THREADS % C::N_TILE == 0 && kRowChunks % (C::GATHER_THREADS / C::N_TILE) == 0,
                 "gather layout");
   constexpr int kRowThreads = C::GATHER_THREADS / C::N_TILE;
-  auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {  // gatherers only
+  auto load_prefix_tile = [&](int kt, int stage, const int64_t* ids) {  // accumulators only
     const int r = gtid / kRowThreads, c0 = gtid % kRowThreads;
     const bool valid = key_begin + kt * C::N_TILE + r < key_end;
     const __nv_bfloat16* src = valid ? a.kv + (ids != nullptr ? ids[r] : row_id(kt, r)) * a.skv + c0 * 8 : a.kv;
@@ -488,25 +495,42 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     for (int hf = 0; hf < 2; ++hf) { m_run[mt][hf] = -CUDART_INF_F; l_run[mt][hf] = 0.f; }
 
   float s[C::MT_S][C::NT_S][4];  // scores of the tile in flight between `scores` and `softmax`
+  uint32_t qf[C::Q_REG_STEPS > 0 ? C::Q_REG_STEPS : 1][C::MT_S][4];  // a scorer's Q_REG_STEPS k-steps of Q
+  auto q_fragment_address = [&](int ks, int mt) {
+    return sQ + (ws_m * C::S_ROWS + mt * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8;
+  };
+  auto load_q_fragments = [&]() {
+#pragma unroll
+    for (int ks = 0; ks < C::Q_REG_STEPS; ++ks)
+#pragma unroll
+      for (int mt = 0; mt < C::MT_S; ++mt) ldmatrix_x4(qf[ks][mt], q_fragment_address(ks, mt));
+  };
 
   // S = Q K^T over one stage, scaled (log2 domain), masked; partial row maxima into sRed. `tail` tiles take
-  // their keys from the draft tokens under the custom mask. Every warp calls it (a barrier inside when WS_K > 1);
-  // only the scorers hold S afterwards.
+  // their keys from the draft tokens under the custom mask. Scorers only.
   auto scores = [&](int stage, int nvalid, bool tail, int tail_key0, float scale_log2) {
     const __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
+    float chain[C::S_CHAINS][C::MT_S][C::NT_S][4];  // k-step ks accumulates into chain ks % S_CHAINS
 #pragma unroll
-    for (int mt = 0; mt < C::MT_S; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < C::NT_S; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < C::K_STEPS; ++kk) {
-      const int ks = ws_k * C::K_STEPS + kk;
-      uint32_t af[C::MT_S][4];
+    for (int c = 0; c < C::S_CHAINS; ++c)
 #pragma unroll
       for (int mt = 0; mt < C::MT_S; ++mt)
-        ldmatrix_x4(af[mt], sQ + (ws_m * C::S_ROWS + mt * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < C::NT_S; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) chain[c][mt][nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kDimQK / 16; ++ks) {
+      uint32_t af[C::MT_S][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT_S; ++mt) {
+        if (ks < C::Q_REG_STEPS) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) af[mt][e] = qf[ks][mt][e];
+        } else {
+          ldmatrix_x4(af[mt], q_fragment_address(ks, mt));
+        }
+      }
       uint32_t bfr[C::NT_S][2];
       if constexpr (C::NT_S % 2 == 0) {
 #pragma unroll
@@ -525,33 +549,19 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
 #pragma unroll
       for (int mt = 0; mt < C::MT_S; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < C::NT_S; ++nt) mma_bf16_16816(s[mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
+        for (int nt = 0; nt < C::NT_S; ++nt) mma_bf16_16816(chain[ks % C::S_CHAINS][mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
     }
-    if constexpr (C::WS_K > 1) {  // the scorers add the other k parts' S
-      float4* sSx = reinterpret_cast<float4*>(smem + C::OFF_SX);
-      auto part = [&](int k, int mt, int nt) -> float4& {
-        return sSx[(((k - 1) * C::WS_M * C::WS_N + ws_m + C::WS_M * ws_n) * 32 + lane) * C::SX_FRAGS + mt * C::NT_S + nt];
-      };
-      if (!scorer) {
 #pragma unroll
-        for (int mt = 0; mt < C::MT_S; ++mt)
+    for (int mt = 0; mt < C::MT_S; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < C::NT_S; ++nt)
-            part(ws_k, mt, nt) = make_float4(s[mt][nt][0], s[mt][nt][1], s[mt][nt][2], s[mt][nt][3]);
-      }
-      __syncthreads();
-      if (!scorer) return;
+      for (int nt = 0; nt < C::NT_S; ++nt)
 #pragma unroll
-      for (int k = 1; k < C::WS_K; ++k)
+        for (int e = 0; e < 4; ++e) {
+          float v = chain[0][mt][nt][e];
 #pragma unroll
-        for (int mt = 0; mt < C::MT_S; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < C::NT_S; ++nt) {
-            const float4 v = part(k, mt, nt);
-            s[mt][nt][0] += v.x; s[mt][nt][1] += v.y; s[mt][nt][2] += v.z; s[mt][nt][3] += v.w;
-          }
-    }
-
+          for (int c = 1; c < C::S_CHAINS; ++c) v += chain[c][mt][nt][e];
+          s[mt][nt][e] = v;
+        }
     // Scale, mask, partial row max.
 #pragma unroll
     for (int mt = 0; mt < C::MT_S; ++mt) {
@@ -579,9 +589,9 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     }
   };
 
-  // Online softmax of `s`: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
-  auto softmax = [&]() {
-    // Online softmax: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into shared memory.
+  // Online softmax of `s`: new row max, rescale factor, P (bf16, as SGLang's p.to(v.dtype)) into P buffer `buf`.
+  auto softmax = [&](int buf) {
+    __nv_bfloat16* const sPb = sP + buf * C::M_TILE * C::P_LD;
 #pragma unroll
     for (int mt = 0; mt < C::MT_S; ++mt) {
 #pragma unroll
@@ -600,21 +610,23 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
           const float p0 = exp2f(s[mt][nt][hf * 2] - m_use), p1 = exp2f(s[mt][nt][hf * 2 + 1] - m_use);
           lsum += p0 + p1;
           const int lk = ws_n * C::S_COLS + nt * 8 + 2 * cq;
-          *reinterpret_cast<uint32_t*>(sP + lr * C::P_LD + lk) = pack_bf16x2(p0, p1);
+          *reinterpret_cast<uint32_t*>(sPb + lr * C::P_LD + lk) = pack_bf16x2(p0, p1);
         }
         l_run[mt][hf] = lsum;
-        if (ws_n == 0 && cq == 0) sAlpha[lr] = alpha;
+        if (ws_n == 0 && cq == 0) sAlpha[buf * C::M_TILE + lr] = alpha;
       }
     }
   };
 
-  // O = O * alpha + P V over one stage (P and alpha from shared memory).
-  auto accumulate_pv = [&](int stage) {
+  // O = O * alpha + P V over one stage (P and alpha from P buffer `buf`).
+  auto accumulate_pv = [&](int stage, int buf) {
     const __nv_bfloat16* sK = sKV + stage * C::N_TILE * C::LD;
+    const __nv_bfloat16* const sPb = sP + buf * C::M_TILE * C::P_LD;
+    const float* const sAlphab = sAlpha + buf * C::M_TILE;
     // O = O * alpha + P V.
 #pragma unroll
     for (int mt = 0; mt < C::MT_O; ++mt) {
-      const float al0 = sAlpha[wo_m * C::O_ROWS + mt * 16 + g], al1 = sAlpha[wo_m * C::O_ROWS + mt * 16 + g + 8];
+      const float al0 = sAlphab[wo_m * C::O_ROWS + mt * 16 + g], al1 = sAlphab[wo_m * C::O_ROWS + mt * 16 + g + 8];
 #pragma unroll
       for (int nt = 0; nt < C::NT_O; ++nt) {
         acc[mt][nt][0] *= al0; acc[mt][nt][1] *= al0;
@@ -626,7 +638,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       uint32_t pa[C::MT_O][4];
 #pragma unroll
       for (int mt = 0; mt < C::MT_O; ++mt)
-        ldmatrix_x4(pa[mt], sP + (wo_m * C::O_ROWS + mt * 16 + (lane & 15)) * C::P_LD + ks * 16 + (lane >> 4) * 8);
+        ldmatrix_x4(pa[mt], sPb + (wo_m * C::O_ROWS + mt * 16 + (lane & 15)) * C::P_LD + ks * 16 + (lane >> 4) * 8);
 #pragma unroll
       for (int np = 0; np < C::NT_O / 2; ++np) {
         uint32_t r[4];
@@ -641,78 +653,144 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     }
   };
 
-  // Prefix keys of this split, software-pipelined: iteration kt computes P V of tile kt-1 and S of tile kt in
-  // one branch-free block (tensor and shared-memory work overlap), with two barriers per tile. The cp.async
-  // ring runs STAGES deep; the Q tile rides in the first group.
+  // Prefix keys of this split, software-pipelined: iteration kt computes P V of tile kt-1 and S of tile kt, and
+  // issues the gather of tile kt + STAGES - 1 into tile kt-1's stage. The cp.async ring runs STAGES deep; the Q
+  // tile rides in the first group.
   const float prefix_scale = a.sm_scale * w.k_scale * 1.4426950408889634f;
 #pragma unroll
   for (int st = 0; st < C::STAGES - 1; ++st) {
-    if (gatherer && st < n_tiles) load_prefix_tile(st, st, nullptr);
+    if (accumulator && st < n_tiles) load_prefix_tile(st, st, nullptr);
     cp_async_commit();
   }
   int64_t next_id = 0;  // row id of key `gtid` of tile kt + STAGES, loaded one iteration before it is stored
-  if (gatherer && gtid < C::N_TILE) {
+  if (accumulator && gtid < C::N_TILE) {
     sIdx[((C::STAGES - 1) & 1) * C::N_TILE + gtid] = C::STAGES - 1 < n_tiles ? row_id(C::STAGES - 1, gtid) : 0;
     next_id = C::STAGES < n_tiles ? row_id(C::STAGES, gtid) : 0;
   }
-  // The first iteration's P V is a no-op: P = 0, alpha = 1 over a zeroed stage (not yet loaded by anyone).
-  for (int i = tid; i < C::M_TILE * C::P_LD / 2; i += C::THREADS) reinterpret_cast<uint32_t*>(sP)[i] = 0u;
-  for (int i = tid; i < C::M_TILE; i += C::THREADS) sAlpha[i] = 1.f;
-  for (int i = tid; i < C::N_TILE * C::LD / 8; i += C::THREADS)
-    reinterpret_cast<uint4*>(sKV + (C::STAGES - 1) * C::N_TILE * C::LD)[i] = make_uint4(0u, 0u, 0u, 0u);
-  for (int kt = 0; kt < n_tiles; ++kt) {
-    cp_async_wait<C::STAGES - 2>();
-    __syncthreads();  // tile kt landed; P and alpha of tile kt-1 visible
-    accumulate_pv((kt + C::STAGES - 1) % C::STAGES);
-    scores(kt % C::STAGES, min(C::N_TILE, key_end - key_begin - kt * C::N_TILE), false, 0, prefix_scale);
-    __syncthreads();  // row maxima visible; tile kt-1's stage and the P buffer are free
+  // In iteration kt: gather tile kt + STAGES - 1 into its stage (free by now), and keep the row-id ring one tile
+  // ahead. Accumulators only; every thread commits a group.
+  auto gather_ahead = [&](int kt) {
     const int nxt = kt + C::STAGES - 1;
-    if (gatherer && nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES, sIdx + (nxt & 1) * C::N_TILE);
+    if (accumulator && nxt < n_tiles) load_prefix_tile(nxt, nxt % C::STAGES, sIdx + (nxt & 1) * C::N_TILE);
     cp_async_commit();
-    if (gatherer && gtid < C::N_TILE) {
+    if (accumulator && gtid < C::N_TILE) {
       sIdx[((nxt + 1) & 1) * C::N_TILE + gtid] = next_id;
       next_id = nxt + 2 < n_tiles ? row_id(nxt + 2, gtid) : 0;
     }
-    if (scorer) softmax();
-  }
-  if (n_tiles > 0) {
-    __syncthreads();
-    accumulate_pv((n_tiles - 1) % C::STAGES);
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+  };
+  auto prefix_scores = [&](int kt) {
+    scores(kt % C::STAGES, min(C::N_TILE, key_end - key_begin - kt * C::N_TILE), false, 0, prefix_scale);
+  };
   // v_scale multiplies the prefix part only (SGLang: acc += dot(p, v) * v_scale for pool values).
+  auto scale_prefix_values = [&]() {
 #pragma unroll
-  for (int mt = 0; mt < C::MT_O; ++mt)
+    for (int mt = 0; mt < C::MT_O; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < C::NT_O; ++nt)
+      for (int nt = 0; nt < C::NT_O; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= w.v_scale;
-
-  if (w.does_tail) {  // draft tokens as keys: K rows, S, then their V rows over the same stage, P V
-    const float tail_scale = a.sm_scale * 1.4426950408889634f;
-    for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
-      __syncthreads();  // the previous tile's readers are done with stage 0
-      for (int i = tid; i < C::N_TILE * kRowChunks; i += C::THREADS) {
-        const int r = i / kRowChunks, ch = i - r * kRowChunks, j = j0 + r;
-        const bool valid = j < ext;
-        cp_async16(sKV + r * C::LD + ch * 8, valid ? a.kx + (qo_start + j) * a.skx + ch * 8 : a.kx, valid ? 16 : 0);
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= w.v_scale;
+  };
+  // The draft tail: its tokens as keys, N_TILE at a time from j0. Their K rows (kx, kRowChunks per row) or V rows
+  // (vx, kVChunks) into a stage, zero past the request's draft tokens; `count` threads copy, this one is number t.
+  auto load_draft_rows = [&](int j0, const __nv_bfloat16* rows, int64_t stride, int chunks, int stage, int t, int count) {
+    for (int i = t; i < C::N_TILE * chunks; i += count) {
+      const int r = i / chunks, ch = i - r * chunks, j = j0 + r;
+      const bool valid = j < ext;
+      cp_async16(sKV + (stage * C::N_TILE + r) * C::LD + ch * 8, valid ? rows + (qo_start + j) * stride + ch * 8 : rows,
+                 valid ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  const float tail_scale = a.sm_scale * 1.4426950408889634f;
+  auto tail_scores = [&](int j0) { scores(0, min(C::N_TILE, ext - j0), true, j0, tail_scale); };
+  if constexpr (C::ROLES) {
+    // The roles run loops of their own, which meet at the same block barriers: per prefix tile one (n_tiles + 1
+    // in all), per draft-tail tile two. In iteration kt the scorers compute S and P of tile kt (P buffer kt & 1)
+    // while the accumulators compute P V of tile kt-1 (the other buffer), wait for one another (nobody reads tile
+    // kt-1's stage any more) and refill that stage with tile kt + 2. One more iteration takes the last P V. In
+    // the draft tail the scorers take the K rows (stage 0) and the accumulators the V rows (stage 1). The block
+    // barriers are sync_block, not __syncthreads: the roles reach them from different instructions.
+    if (scorer) {
+      cp_async_wait<C::STAGES - 2>();  // the Q tile (the scorers' only copies)
+      sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);
+      load_q_fragments();
+      for (int kt = 0; kt <= n_tiles; ++kt) {
+        sync_block();  // tile kt landed; P and alpha of tile kt-1 taken
+        if (kt < n_tiles) {
+          prefix_scores(kt);
+          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // row maxima visible
+          softmax(kt & 1);
+        }
       }
-      cp_async_commit();
+      if (w.does_tail) {
+        for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
+          sync_block();  // the accumulators are done with P buffer 0
+          load_draft_rows(j0, a.kx, a.skx, kRowChunks, 0, tid, C::S_WARPS * 32);
+          cp_async_wait<0>();
+          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // the draft K rows landed
+          tail_scores(j0);
+          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // row maxima visible
+          softmax(0);
+          sync_block();  // P and alpha visible
+        }
+      }
+    } else {
+      for (int kt = 0; kt <= n_tiles; ++kt) {
+        cp_async_wait<C::STAGES - 2>();
+        sync_block();  // tile kt landed; P and alpha of tile kt-1 visible
+        if (kt > 0) accumulate_pv((kt - 1) % C::STAGES, (kt - 1) & 1);
+        sync_threads_of(C::kAccumulatorsBarrier, C::O_WARPS * 32);  // tile kt-1's stage is free
+        gather_ahead(kt);
+      }
       cp_async_wait<0>();
+      scale_prefix_values();
+      if (w.does_tail) {
+        for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
+          sync_block();  // the scorers are done with the previous P
+          load_draft_rows(j0, a.vx, a.svx, kVChunks, 1, gtid, C::O_WARPS * 32);
+          cp_async_wait<0>();
+          sync_block();  // P, alpha and the draft V rows visible
+          accumulate_pv(1, 0);
+        }
+      }
+    }
+  } else {
+    // Every warp does all, in one branch-free block (tensor and shared-memory work overlap), with two barriers
+    // per tile. The first iteration's P V is a no-op: P = 0, alpha = 1 over a zeroed stage (not yet loaded).
+    for (int i = tid; i < C::M_TILE * C::P_LD / 2; i += C::THREADS) reinterpret_cast<uint32_t*>(sP)[i] = 0u;
+    for (int i = tid; i < C::M_TILE; i += C::THREADS) sAlpha[i] = 1.f;
+    for (int i = tid; i < C::N_TILE * C::LD / 8; i += C::THREADS)
+      reinterpret_cast<uint4*>(sKV + (C::STAGES - 1) * C::N_TILE * C::LD)[i] = make_uint4(0u, 0u, 0u, 0u);
+    for (int kt = 0; kt < n_tiles; ++kt) {
+      cp_async_wait<C::STAGES - 2>();
+      __syncthreads();  // tile kt landed; P and alpha of tile kt-1 visible
+      accumulate_pv((kt + C::STAGES - 1) % C::STAGES, 0);
+      prefix_scores(kt);
+      __syncthreads();  // row maxima visible; tile kt-1's stage and the P buffer are free
+      gather_ahead(kt);
+      softmax(0);
+    }
+    if (n_tiles > 0) {
       __syncthreads();
-      scores(0, min(C::N_TILE, ext - j0), true, j0, tail_scale);
-      __syncthreads();  // every warp is done reading the draft K rows
-      for (int i = tid; i < C::N_TILE * kVChunks; i += C::THREADS) {
-        const int r = i / kVChunks, ch = i - r * kVChunks, j = j0 + r;
-        const bool valid = j < ext;
-        cp_async16(sKV + r * C::LD + ch * 8, valid ? a.vx + (qo_start + j) * a.svx + ch * 8 : a.vx, valid ? 16 : 0);
+      accumulate_pv((n_tiles - 1) % C::STAGES, 0);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    scale_prefix_values();
+    if (w.does_tail) {  // draft tokens as keys: K rows, S, then their V rows over the same stage, P V
+      for (int j0 = 0; j0 < ext; j0 += C::N_TILE) {
+        __syncthreads();  // the previous tile's readers are done with stage 0
+        load_draft_rows(j0, a.kx, a.skx, kRowChunks, 0, tid, C::THREADS);
+        cp_async_wait<0>();
+        __syncthreads();
+        tail_scores(j0);
+        __syncthreads();  // every warp is done reading the draft K rows; row maxima visible
+        load_draft_rows(j0, a.vx, a.svx, kVChunks, 0, tid, C::THREADS);
+        softmax(0);
+        cp_async_wait<0>();
+        __syncthreads();  // P, alpha and the draft V rows visible
+        accumulate_pv(0, 0);
       }
-      cp_async_commit();
-      if (scorer) softmax();
-      cp_async_wait<0>();
-      __syncthreads();  // P, alpha and the draft V rows visible
-      accumulate_pv(0);
     }
   }
 
@@ -733,8 +811,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
       }
     }
   }
-  // Each warp's largest |O| of its slice of a row, for the scale of an fp16 partial.
-  if (slot >= 0) {
+  // Each O warp's largest |O| of its slice of a row, for the scale of an fp16 partial.
+  if (accumulator && slot >= 0) {
 #pragma unroll
     for (int mt = 0; mt < C::MT_O; ++mt) {
 #pragma unroll
@@ -745,6 +823,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     }
   }
   __syncthreads();
+  if (!accumulator) return;  // the O warps store the output
 
   // The flags cannot change during the call (the gate wrote them before): read again instead of keeping
   // the choice in registers through the main loop.
