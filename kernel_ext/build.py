@@ -1,9 +1,12 @@
 """Build libcutover_verify.so from kernel_ext/csrc with nvcc (no torch needed).
 
     python -m kernel_ext.build [--out DIR] [--arch sm_90a --arch sm_120]
+    python -m kernel_ext.build --resources [--arch ...]   # registers and spills of every kernel, per arch
 
 `build_library` is what `cutover build` packages. The build is all-or-nothing: nvcc writes into a temporary
-directory and the library is moved into place only when it compiled.
+directory and the library is moved into place only when it compiled. `kernel_resources` compiles the same
+sources with `-Xptxas -v` and reads what ptxas reports for each kernel: the mma.sync kernels run at or near 255
+registers, so a change can make them spill on one arch and not the other.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ABI_VERSION = 3  # must equal CUTOVER_ABI_VERSION in csrc/cutover_verify.h (checked by _abi_version_in_header)
@@ -117,6 +121,20 @@ def _abi_version_in_header() -> int:
     return int(match.group(1))
 
 
+def _compile(exe: str, gencode: list[str], targets: str, defines: tuple[str, ...], target: Path,
+             extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """nvcc over csrc's .cu files into `target`; a failed compile raises KernelBuildError with nvcc's errors."""
+    sources = [str(p) for p in source_files() if p.suffix == ".cu"]
+    cmd = [exe, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
+           "--expt-relaxed-constexpr", "-lineinfo", f'-DCUTOVER_TARGETS="{targets}"',
+           *(f"-D{name}" for name in defines), *extra, *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()] or proc.stderr.splitlines()
+        raise KernelBuildError("nvcc failed to compile kernel_ext/csrc:\n  " + "\n  ".join(errors[:12]))
+    return proc
+
+
 def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, defines: tuple[str, ...] = ()) -> Path:
     """Compile csrc into out_dir/libcutover_verify.so and return its path (nothing is left behind on failure).
 
@@ -129,21 +147,86 @@ def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, d
         raise KernelBuildError(f"bad macro name(s) {bad}: expected upper-case identifiers such as CUTOVER_PHASE_TIMES")
     exe = _find_nvcc(nvcc)
     gencode, targets = _gencode_flags(tuple(archs))
-    sources = [str(p) for p in source_files() if p.suffix == ".cu"]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
         target = Path(tmp) / LIBRARY_NAME
-        cmd = [exe, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
-               "--expt-relaxed-constexpr", "-lineinfo", f'-DCUTOVER_TARGETS="{targets}"',
-               *(f"-D{name}" for name in defines), *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()] or proc.stderr.splitlines()
-            raise KernelBuildError("nvcc failed to compile kernel_ext/csrc:\n  " + "\n  ".join(errors[:12]))
+        _compile(exe, gencode, targets, defines, target)
         final = out_dir / LIBRARY_NAME
         os.replace(target, final)
     return final
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel (entry function) on one arch."""
+
+    kernel: str  # the mangled name
+    arch: str
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def parse_ptxas_report(text: str) -> list[KernelResources]:
+    """Every entry function of `nvcc -Xptxas -v` output, with its registers, stack and spills."""
+    rows, entry, frame = [], None, None
+    for line in text.splitlines():
+        if match := _PTXAS_ENTRY.search(line):
+            if entry is not None:
+                raise KernelBuildError(f"ptxas reported no registers for {entry[0]} ({entry[1]})")
+            entry, frame = (match.group(1), match.group(2)), None
+        elif entry is not None and (match := _PTXAS_FRAME.search(line)):
+            frame = tuple(int(v) for v in match.groups())
+        elif entry is not None and (match := _PTXAS_REGISTERS.search(line)):
+            if frame is None:
+                raise KernelBuildError(f"ptxas reported no stack frame line for {entry[0]} ({entry[1]})")
+            rows.append(KernelResources(entry[0], entry[1], int(match.group(1)), *frame))
+            entry = None
+    if entry is not None:
+        raise KernelBuildError(f"ptxas reported no registers for {entry[0]} ({entry[1]})")
+    return rows
+
+
+def kernel_resources(archs=DEFAULT_ARCHS, nvcc: str | None = None) -> list[KernelResources]:
+    """Compile csrc for `archs` with `-Xptxas -v` (into a temporary directory) and read every kernel's resources."""
+    exe = _find_nvcc(nvcc)
+    gencode, targets = _gencode_flags(tuple(archs))
+    with tempfile.TemporaryDirectory(prefix="cutover-ptxas-") as tmp:
+        proc = _compile(exe, gencode, targets, (), Path(tmp) / LIBRARY_NAME, extra=("-Xptxas", "-v"))
+    return parse_ptxas_report(proc.stderr + proc.stdout)
+
+
+def _demangled(names: list[str]) -> list[str]:
+    """C++ names through c++filt where it is installed, else as they are."""
+    if shutil.which("c++filt") is None:
+        return names
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return out if len(out) == len(names) else names
+
+
+def _print_resources(rows: list[KernelResources]) -> int:
+    names = _demangled([row.kernel for row in rows])
+    for row, name in sorted(zip(rows, names), key=lambda pair: (pair[0].arch, pair[1])):
+        spill = f"spills {row.spill_store_bytes} B stored, {row.spill_load_bytes} B loaded" if row.spills else "no spills"
+        print(f"{row.arch:8} {row.registers:4} registers  stack {row.stack_bytes:4} B  {spill:32} {name}")
+    spilling = [row for row in rows if row.spills]
+    if spilling:
+        print(f"error: {len(spilling)} kernel(s) spill registers to local memory (listed above): reduce their live "
+              "state (e.g. kernel_ext/csrc/verify_kernels.cuh, TileConfig::Q_REG_STEPS) until ptxas reports none",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,9 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvcc", help=f"nvcc to use (default: ${NVCC_ENV}, then PATH)")
     parser.add_argument("--define", action="append", default=[],
                         help="preprocessor macro of a diagnostic build (repeatable), e.g. CUTOVER_PHASE_TIMES")
+    parser.add_argument("--resources", action="store_true",
+                        help="build nothing: print every kernel's registers and spills per arch (exit 1 if any spills)")
     args = parser.parse_args(argv)
+    archs = tuple(args.arch or DEFAULT_ARCHS)
     try:
-        path = build_library(args.out, tuple(args.arch or DEFAULT_ARCHS), args.nvcc, tuple(args.define))
+        if args.resources:
+            return _print_resources(kernel_resources(archs, args.nvcc))
+        path = build_library(args.out, archs, args.nvcc, tuple(args.define))
     except KernelBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
