@@ -442,6 +442,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   const int ws_m = warp % C::WS_M, ws_n = warp / C::WS_M;
   const int wo_m = owarp % C::WO_M, wo_d = owarp / C::WO_M;
   const int gtid = C::ROLES ? tid - C::S_WARPS * 32 : tid;  // index among the gatherers
+  auto sync_scorers = [] { sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32); };
+  auto sync_accumulators = [] { sync_threads_of(C::kAccumulatorsBarrier, C::O_WARPS * 32); };
 
   // Q tile (zero rows past the request's last row), copied by the scorers.
   if (scorer) {
@@ -712,13 +714,13 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     // barriers are sync_block, not __syncthreads: the roles reach them from different instructions.
     if (scorer) {
       cp_async_wait<C::STAGES - 2>();  // the Q tile (the scorers' only copies)
-      sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);
+      sync_scorers();
       load_q_fragments();
       for (int kt = 0; kt <= n_tiles; ++kt) {
         sync_block();  // tile kt landed; P and alpha of tile kt-1 taken
         if (kt < n_tiles) {
           prefix_scores(kt);
-          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // row maxima visible
+          sync_scorers();  // row maxima visible
           softmax(kt & 1);
         }
       }
@@ -727,9 +729,9 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
           sync_block();  // the accumulators are done with P buffer 0
           load_draft_rows(j0, a.kx, a.skx, kRowChunks, 0, tid, C::S_WARPS * 32);
           cp_async_wait<0>();
-          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // the draft K rows landed
+          sync_scorers();  // the draft K rows landed
           tail_scores(j0);
-          sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32);  // row maxima visible
+          sync_scorers();  // row maxima visible
           softmax(0);
           sync_block();  // P and alpha visible
         }
@@ -739,7 +741,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
         cp_async_wait<C::STAGES - 2>();
         sync_block();  // tile kt landed; P and alpha of tile kt-1 visible
         if (kt > 0) accumulate_pv((kt - 1) % C::STAGES, (kt - 1) & 1);
-        sync_threads_of(C::kAccumulatorsBarrier, C::O_WARPS * 32);  // tile kt-1's stage is free
+        sync_accumulators();  // tile kt-1's stage is free
         gather_ahead(kt);
       }
       cp_async_wait<0>();
