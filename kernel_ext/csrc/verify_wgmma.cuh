@@ -288,10 +288,12 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     constexpr int kGroupsPerPart = 8 / PARTS;  // 8-key groups of P per part
     float alpha[2] = {1.f, 1.f};  // this tile's rescale factors (warpgroup 1 reads them after the first part)
     // This part of P (with the factors and the draft V rows) visible to both warpgroups' wgmma.
+    // The warpgroups reach this barrier from their own branches, so it is sync_block (barrier.sync 0), not
+    // __syncthreads (bar.sync: aligned, every thread at the same instruction).
     auto part_ready = [&](int part) {
       if (part == 0 && tail) cp_async_wait<0>();
       fence_proxy_async();
-      __syncthreads();
+      sync_block();
     };
     // O += P V over this part's keys and this warpgroup's 256 value dims (the first part rescales the
     // accumulators first); the last part completes during the next iteration's wait. The accumulators are

@@ -3,21 +3,25 @@
 // P[(kt - 1) & 1] after it (each role reaching the block barrier from its own instruction), then an epilogue
 // through one __syncthreads. `named` adds one named barrier per tile in each role (ids 1 and 2, 128 threads), as
 // the verify kernel has; it orders nothing the hand-off needs. `shared_loop` (mode 2) is the same hand-off with
-// both roles in one loop, so that every thread reaches each block barrier from the same instruction. Build:
-// nvcc -arch=sm_90a -lineinfo -o X this.cu; run: compute-sanitizer --tool racecheck X MODE (MODE 0, 1 or 2).
+// both roles in one loop, so that every thread reaches each block barrier from the same instruction. Added in the
+// twenty-second session: mode 3 is mode 0 with the block barrier out of line (each role keeps its own loop, every
+// thread reaches the barrier at the one instruction of that function); mode 4 is mode 2 with barrier.sync 0 (not
+// aligned) in place of __syncthreads. Build: nvcc -arch=sm_90a -lineinfo -o X this.cu; run:
+// compute-sanitizer --tool racecheck X MODE (MODE 0 to 4).
 #include <cstdio>
 #include <cstdlib>
 
 __device__ __forceinline__ void block_barrier() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
+__device__ __noinline__ void block_barrier_out_of_line() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
 __device__ __forceinline__ void group_barrier(int id) { asm volatile("barrier.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
-__global__ void hand_off(float* out, int tiles, bool named) {
+__global__ void hand_off(float* out, int tiles, bool named, bool out_of_line) {
   __shared__ float p[2][128];
   __shared__ float sums[128];
   const int t = threadIdx.x;
   if (t < 128) {
     for (int kt = 0; kt <= tiles; ++kt) {
-      block_barrier();
+      if (out_of_line) block_barrier_out_of_line(); else block_barrier();
       if (kt < tiles) {
         if (named) group_barrier(1);
         p[kt & 1][t] = kt + 1.f;
@@ -27,7 +31,7 @@ __global__ void hand_off(float* out, int tiles, bool named) {
   } else {
     float acc = 0.f;
     for (int kt = 0; kt <= tiles; ++kt) {
-      block_barrier();
+      if (out_of_line) block_barrier_out_of_line(); else block_barrier();
       if (kt > 0) acc += p[(kt - 1) & 1][t - 128];
       if (named) group_barrier(2);
     }
@@ -37,13 +41,13 @@ __global__ void hand_off(float* out, int tiles, bool named) {
   if (t >= 128) out[t - 128] += sums[t - 128];
 }
 
-__global__ void shared_loop(float* out, int tiles) {
+__global__ void shared_loop(float* out, int tiles, bool aligned) {
   __shared__ float p[2][128];
   __shared__ float sums[128];
   const int t = threadIdx.x;
   float acc = 0.f;
   for (int kt = 0; kt <= tiles; ++kt) {
-    __syncthreads();
+    if (aligned) __syncthreads(); else block_barrier();
     if (t < 128) {
       if (kt < tiles) p[kt & 1][t] = kt + 1.f;
     } else if (kt > 0) {
@@ -61,8 +65,8 @@ int main(int argc, char** argv) {
   const int tiles = 8;
   float* out;
   cudaMalloc(&out, 128 * sizeof(float));
-  if (mode == 2) shared_loop<<<4, 256>>>(out, tiles);
-  else hand_off<<<4, 256>>>(out, tiles, named);
+  if (mode == 2 || mode == 4) shared_loop<<<4, 256>>>(out, tiles, mode == 2);
+  else hand_off<<<4, 256>>>(out, tiles, named, mode == 3);
   float host[128];
   cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
   const float want = tiles * (tiles + 1) / 2.f + tiles;
