@@ -24,6 +24,9 @@ import torch
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
 
 MASK_KINDS = ("tree", "chain", "causal")
+# Kernel configurations (CUTOVER_KERNEL_TILES) the GPU tests run: the one the device picks (wgmma on the H200), and
+# the small mma.sync tiles that sm_120, production's arch, runs (forced; docs/kernel.md, "sm_120").
+TILE_CONFIGS = {"auto": 0, "sm120_small_tiles": 2}
 
 
 @dataclass

@@ -288,8 +288,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     constexpr int kGroupsPerPart = 8 / PARTS;  // 8-key groups of P per part
     float alpha[2] = {1.f, 1.f};  // this tile's rescale factors (warpgroup 1 reads them after the first part)
     // This part of P (with the factors and the draft V rows) visible to both warpgroups' wgmma.
-    // The warpgroups reach this barrier from their own branches, so it is sync_block (barrier.sync 0), not
-    // __syncthreads (bar.sync: aligned, every thread at the same instruction).
+    // sync_block, not __syncthreads (aligned: every thread at one instruction): each warpgroup has its own branch.
     auto part_ready = [&](int part) {
       if (part == 0 && tail) cp_async_wait<0>();
       fence_proxy_async();

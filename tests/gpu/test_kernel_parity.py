@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from kernel_ext.testing import TILE_CONFIGS
+
 pytestmark = pytest.mark.gpu
 
 CASES = [
@@ -24,11 +26,6 @@ CASES = [
     (16, 64, 3, 32768, "tree", "int32"),
     (8, 8, 32, 5000, "causal", "int32"),
 ]
-
-
-# Kernel configurations: the one the H200 picks (wgmma), and the small mma.sync tiles that sm_120, production's
-# arch, runs (forced here; docs/kernel.md, "sm_120").
-TILE_CONFIGS = {"auto": 0, "sm120_small_tiles": 2}
 
 
 @pytest.fixture(params=sorted(TILE_CONFIGS))

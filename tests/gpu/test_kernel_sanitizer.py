@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from kernel_ext.testing import TILE_CONFIGS
+
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
-TILE_CONFIGS = {"auto": "0", "sm120_small_tiles": "2"}
 
 
 def _sanitizer() -> str:
@@ -32,7 +33,7 @@ def _sanitizer() -> str:
 @pytest.mark.parametrize("tool", ["synccheck", "memcheck"])
 @pytest.mark.parametrize("tiles", sorted(TILE_CONFIGS))
 def test_tiny_parity_is_clean_under_compute_sanitizer(tool, tiles):
-    env = dict(os.environ, CUTOVER_KERNEL_TILES=TILE_CONFIGS[tiles],
+    env = dict(os.environ, CUTOVER_KERNEL_TILES=str(TILE_CONFIGS[tiles]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [_sanitizer(), "--tool", tool, "--error-exitcode", "9",
