@@ -1,6 +1,6 @@
 """Benchmark of the CUDA verify kernel against SGLang's Triton kernels, with both roofline ceilings.
 
-    python -m kernel_ext.bench [--grid full|quick] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
+    python -m kernel_ext.bench [--grid full|quick|mixed|...] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
 SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. Each
@@ -10,8 +10,10 @@ graph cycles through as many index sets as it takes to touch 512 MB of KV rows, 
 (H200 50 MB, RTX PRO 6000 Blackwell 128 MB), so the L2 cache does not serve repeated calls. The roofline bound is
 max(min bytes / copy bandwidth, flops / bf16 matmul rate), both ceilings measured in the same run. Our calls run
 with early start, as the plugin runs them (each call may plan while the kernel before it finishes: here the
-previous call's combine, in the plugin the gate); --no-early-start times them in plain stream order. Writes
-bench.json, bench.md and bench.png into --out.
+previous call's combine, in the plugin the gate); --no-early-start times them in plain stream order. The mixed
+grid times batches whose requests have different prefix lengths (MIXES), each beside its even twin (the same batch
+and keys, every prefix alike): `mix_cost`, the mix's time over its twin's, is what the mix costs the plan's
+balance. Writes bench.json, bench.md and bench.png into --out.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import argparse
 import itertools
 import json
 import math
+import random
 import statistics
 import sys
 import time
@@ -40,7 +43,49 @@ GRIDS = {
     "combine": dict(H=(8, 16), T=(8, 64), batch=(1, 4, 16), prefix=(1024, 65536), mask=("tree",)),
     # one request per call: the combine merges up to a wave of splits per row (its long-batch layout)
     "batch1": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1,), prefix=(1024, 4096, 16384, 65536), mask=("tree",)),
+    # batches of mixed prefix lengths (MIXES), each with its even twin
+    "mixed": dict(H=(8, 16), T=(8, 16), mix=("1x65536+63x1024", "4x65536+60x256", "logu16", "logu64"),
+                  mask=("tree",)),
 }
+
+
+def _log_uniform(batch: int, low: int, high: int, seed: int) -> list[int]:
+    gen = random.Random(seed)
+    return [int(math.exp(gen.uniform(math.log(low), math.log(high)))) for _ in range(batch)]
+
+
+# Prefix lengths of each request of a mixed batch: one long request among short ones, a few long among tiny ones,
+# and lengths drawn log-uniformly between 512 and 65536 (a serving batch of chats and documents).
+MIXES = {
+    "1x65536+63x1024": lambda: [65536] + [1024] * 63,
+    "4x65536+60x256": lambda: [65536] * 4 + [256] * 60,
+    "logu16": lambda: _log_uniform(16, 512, 65536, seed=1),
+    "logu64": lambda: _log_uniform(64, 512, 65536, seed=1),
+}
+
+
+def grid_shapes(grid: dict) -> list[tuple]:
+    """(H, T, batch, prefix, mask, prefixes) of every shape of a grid; prefixes is None where all requests have
+    `prefix` keys. A mix gives two shapes: "mix:<name>" (its lengths) and "even:<name>" (its twin)."""
+    if "mix" not in grid:
+        product = itertools.product(grid["H"], grid["T"], grid["batch"], grid["prefix"], grid["mask"])
+        return [(*s, None) for s in product]
+    shapes = []
+    for H, T, name, mask in itertools.product(grid["H"], grid["T"], grid["mix"], grid["mask"]):
+        lengths = MIXES[name]()
+        even = round(sum(lengths) / len(lengths))
+        shapes += [(H, T, len(lengths), f"mix:{name}", mask, lengths),
+                   (H, T, len(lengths), f"even:{name}", mask, [even] * len(lengths))]
+    return shapes
+
+
+def add_mix_costs(rows: list[dict]) -> None:
+    """mix_cost of every mixed row whose even twin ran: its time over the twin's."""
+    even = {(r["H"], r["T"], r["mask"], r["prefix"][5:]): r for r in rows if str(r["prefix"]).startswith("even:")}
+    for r in rows:
+        twin = str(r["prefix"]).startswith("mix:") and even.get((r["H"], r["T"], r["mask"], r["prefix"][4:]))
+        if twin:
+            r["mix_cost"] = r["ours_us"] / twin["ours_us"]
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
 ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
@@ -108,10 +153,12 @@ def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
 class Shape:
     """Inputs of one benchmark shape, with `sets` scattered kv_indices sets over one pool."""
 
-    def __init__(self, H, T, batch, prefix, mask, seed=0):
+    def __init__(self, H, T, batch, prefix, mask, seed=0, prefixes=None):
         self.H, self.T, self.batch, self.prefix, self.mask = H, T, batch, prefix, mask
+        self.prefixes = list(prefixes) if prefixes is not None else [prefix] * batch
+        assert len(self.prefixes) == batch, "one prefix length per request"
         gen = torch.Generator(device="cuda").manual_seed(seed)
-        total = batch * prefix
+        total = sum(self.prefixes)
         kv_bytes = total * MLA_QK_DIM * 2
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         self.sets = rotation_sets(kv_bytes, l2_bytes)
@@ -125,15 +172,19 @@ class Shape:
         self.k = torch.randn(n, 1, MLA_QK_DIM, generator=gen, device="cuda").to(torch.bfloat16)
         self.v = self.k[..., :MLA_V_DIM].contiguous()
         self.o = torch.empty(n, H, MLA_V_DIM, dtype=torch.bfloat16, device="cuda")
-        ar = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
-        self.qo_indptr, self.kv_indptr = ar * T, ar * prefix
-        self.mask_indptr = ar.to(torch.int64) * (T * (prefix + T))
+        zero = torch.zeros(1, dtype=torch.int64)
+        lengths = torch.tensor(self.prefixes, dtype=torch.int64)
+        self.qo_indptr = (torch.arange(batch + 1, dtype=torch.int32) * T).to("cuda")
+        self.kv_indptr = torch.cat([zero, lengths.cumsum(0)]).to(torch.int32).to("cuda")
+        self.mask_indptr = torch.cat([zero, (T * (lengths + T)).cumsum(0)]).to("cuda")
         cpu_gen = torch.Generator().manual_seed(seed)
-        blocks = torch.ones(batch, T, prefix + T, dtype=torch.bool, device="cuda")
-        for b in range(batch):
+        blocks = []
+        for p in self.prefixes:
             tree = random_tree_parents(T, cpu_gen) if mask == "tree" else list(range(-1, T - 1))
-            blocks[b, :, prefix:] = tree_tail_mask(tree).to("cuda")
-        self.custom_mask = blocks.flatten()
+            block = torch.ones(T, p + T, dtype=torch.bool)
+            block[:, p:] = tree_tail_mask(tree)
+            blocks.append(block.flatten())
+        self.custom_mask = torch.cat(blocks).to("cuda")
         self.workspace = torch.empty(api.workspace_bytes(batch, H, T), dtype=torch.uint8, device="cuda")
         self.sm_scale = 1.0 / math.sqrt(MLA_QK_DIM)
 
@@ -142,12 +193,12 @@ class Shape:
                 self.kv_indices[i], self.custom_mask, True, self.mask_indptr, self.T, 1.0, 1.0, self.sm_scale)
 
     def min_bytes(self) -> int:
-        b, p, t, h = self.batch, self.prefix, self.T, self.H
-        return (b * p * (MLA_QK_DIM * 2 + 8) + b * t * h * (MLA_QK_DIM + MLA_V_DIM) * 2
+        b, p, t, h = self.batch, sum(self.prefixes), self.T, self.H
+        return (p * (MLA_QK_DIM * 2 + 8) + b * t * h * (MLA_QK_DIM + MLA_V_DIM) * 2
                 + b * t * (MLA_QK_DIM + MLA_V_DIM) * 2 + b * t * t)
 
     def flops(self) -> int:
-        return 2 * self.batch * self.H * self.T * (self.prefix + self.T) * (MLA_QK_DIM + MLA_V_DIM)
+        return 2 * self.H * self.T * (sum(self.prefixes) + self.batch * self.T) * (MLA_QK_DIM + MLA_V_DIM)
 
 
 def rotating(shape: Shape, call):
@@ -216,6 +267,12 @@ def markdown(report: dict) -> str:
                      f"{fmt(r['triton_us'])} | {fmt(r['shared_us'])} | {fmt(r.get('speedup_vs_triton'))} | "
                      f"{max(r['floor_mem_us'], r['floor_flop_us']):.1f} | {r['bound']} | "
                      f"{100 * r['roofline_fraction']:.0f} |")
+    mixes = [r for r in report["rows"] if "mix_cost" in r]
+    if mixes:
+        lines += ["", "| H | T | batch | mix | keys | longest prefix | ours us | x its even twin |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['H']} | {r['T']} | {r['batch']} | {r['prefix'][4:]} | {r['keys']} | {r['longest_prefix']} | "
+                  f"{r['ours_us']:.1f} | {r['mix_cost']:.2f} |" for r in mixes]
     s = report["summary"]
     lines += ["", f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); "
               f"median roofline fraction: memory-bound {s['median_roof_memory']}, compute-bound {s['median_roof_compute']}"]
@@ -283,11 +340,14 @@ def main(argv=None) -> int:
     print(f"copy {copy_bw / 1e9:.0f} GB/s, bf16 matmul {mm_rate / 1e12:.0f} TFLOP/s", flush=True)
     g = GRIDS[args.grid]
     rows, started = [], time.time()
-    for H, T, batch, prefix, mask in itertools.product(g["H"], g["T"], g["batch"], g["prefix"], g["mask"]):
-        shape = Shape(H, T, batch, prefix, mask)
+    for H, T, batch, prefix, mask, prefixes in grid_shapes(g):
+        shape = Shape(H, T, batch, prefix, mask, prefixes=prefixes)
         row = roofline(bench_shape(shape, triton_fwd, shared_fwd, args.reps, args.triton_reps, not args.no_early_start),
                        shape, copy_bw, mm_rate)
+        if prefixes is not None:
+            row.update(keys=sum(prefixes), longest_prefix=max(prefixes))
         rows.append(row)
+        add_mix_costs(rows)
         print(f"{H:>3} {T:>3} {batch:>3} {prefix:>6} {mask:>5} ours {row['ours_us']:9.1f} us  triton "
               f"{row['triton_us'] or 0:9.1f}  x{row.get('speedup_vs_triton', 0):6.1f}  roof "
               f"{100 * row['roofline_fraction']:5.1f}% ({row['bound']})", flush=True)

@@ -99,6 +99,9 @@ def grid_cases(subset: str):
          lambda: make_case(8, 4, 70, [(i * 397) % 2600 for i in range(70)], "tree", seed=1010)),
         (dict(H=16, T=64, batch=5, prefix="mixed", mask="tree", index="int32"),
          lambda: make_case(16, 64, 5, [4097, 0, 63, 20000, 9], "tree", torch.int32, seed=1002)),
+        # one long request among more requests than a wave holds CTAs: the plan's waves of splits
+        (dict(H=16, T=16, batch=40, prefix="mixed", mask="tree", index="int64"),
+         lambda: make_case(16, 16, 40, [6000] + [200] * 39, "tree", seed=1012)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),

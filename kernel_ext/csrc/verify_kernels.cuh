@@ -186,6 +186,8 @@ static_assert(SmallTiles::SMEM_BYTES <= 99 * 1024, "sm_120 allows 99 KB of share
 // Plan: split every request's work (its prefix keys plus kTailKeys for the draft tail, which costs about one tile)
 // into ~G_target equal key ranges (>= kMinSplitKeys, aligned), at least one split per request; the last split
 // takes the draft tail and so that much less of the prefix (possibly none). Main-kernel CTA y takes work item y.
+// The splits fit one wave of G_target CTAs where that costs at most twice the first chunk (total / G_target);
+// otherwise (a long request among more requests than a wave has CTAs) they run in waves of first-chunk splits.
 // Bounds (docs/kernel.md): sum of splits <= G_target + B = G; partial slots <= 2 * G_target.
 // One warp computes it (lane l takes requests l, l + 32, ...): shuffles only, no block-wide barrier per step.
 // Its request loops are not unrolled: every CTA runs this code once, and half the code (10.8 KB of SASS instead
@@ -219,6 +221,28 @@ __device__ __forceinline__ unsigned work_keys(const KernelArgs& a, int b) { retu
 
 // Splits of a request with `work` keys of work (> 0) for a given chunk.
 __device__ __forceinline__ unsigned splits_of(unsigned work, unsigned chunk) { return (work + chunk - 1) / chunk; }
+
+// The call's splits at `chunk` (warp-uniform; lane l counts requests l, l + 32, ...).
+__device__ __forceinline__ unsigned call_splits_at(const KernelArgs& a, int lane, unsigned chunk) {
+  unsigned cnt = 0;
+#pragma unroll 1
+  for (int b = lane; b < a.B; b += 32) cnt += splits_of(work_keys(a, b), chunk);
+  return warp_sum(cnt);
+}
+
+// `chunk` shrunk to the largest per-request even share, so that the splits of a request are even (no request
+// gets more splits than at `chunk`); warp-uniform.
+__device__ __forceinline__ unsigned even_chunk(const KernelArgs& a, int lane, unsigned chunk) {
+  unsigned share = kSplitAlign;
+#pragma unroll 1
+  for (int b = lane; b < a.B; b += 32) {
+    const unsigned W = work_keys(a, b), n = splits_of(W, chunk), even = round_up((W + n - 1) / n, kSplitAlign);
+    share = even > share ? even : share;
+  }
+  share = warp_max(share);
+  chunk = share < chunk ? share : chunk;
+  return chunk < kMinSplitKeys ? kMinSplitKeys : chunk;
+}
 
 // The index-tensor entries of request b that a CTA working on it needs.
 struct RequestIndices {
@@ -254,31 +278,37 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
 #pragma unroll 1
     for (int b = lane; b < a.B; b += 32) total += work_keys(a, b);
     total = warp_sum(total);
-    // Chunk: total / G_target keys, grown until all splits fit in one wave of G_target CTAs (or every request
-    // has a single split), then shrunk to the largest per-request share so the splits of a request are even.
+    // Chunk: total / G_target keys (the first chunk), grown until all splits fit in one wave of G_target CTAs
+    // (or every request has a single split), then shrunk to the largest per-request share so the splits of a
+    // request are even; the first chunk instead where that one wave would end late (below).
     const long long first_chunk = (total + a.G_target - 1) / a.G_target;
     unsigned chunk = first_chunk > kMaxChunk ? kMaxChunk : round_up((unsigned)first_chunk, kSplitAlign);
     if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
+    const unsigned wave_chunk = chunk;  // >= total / G_target unless clamped to kMaxChunk
     unsigned cnt = 0;  // the call's splits at the current chunk
     for (int it = 0; it < 64; ++it) {
-      cnt = 0;
-#pragma unroll 1
-      for (int b = lane; b < a.B; b += 32) cnt += splits_of(work_keys(a, b), chunk);
-      cnt = warp_sum(cnt);
+      cnt = call_splits_at(a, lane, chunk);
       if (cnt <= (unsigned)a.G_target || cnt == (unsigned)a.B || chunk >= kMaxChunk) break;
       const long long grown = (long long)chunk * cnt / a.G_target;
       const unsigned next = grown >= kMaxChunk ? kMaxChunk : round_up((unsigned)grown, kSplitAlign);
       chunk = next > chunk ? next : chunk + kSplitAlign;
     }
-    unsigned share = kSplitAlign;
+    // One wave whose largest split is over twice the first chunk (a long request among more requests than a
+    // wave has CTAs, or beside many short ones) ends later than waves of first-chunk splits, which the SMs take
+    // as they free up: those end within the mean load plus one split, <= 2 x the first chunk. The bounds hold at
+    // the first chunk c >= total / G_target (evening adds no split): splits < total / c + B <= G, and a request
+    // of n >= 2 splits has more than (n - 1) c keys of work, so partial slots < 2 * total / c <= 2 * G_target.
+    // The second pass evens the first chunk (one copy of the evening code: the plan's code is run cold, v56).
 #pragma unroll 1
-    for (int b = lane; b < a.B; b += 32) {
-      const unsigned W = work_keys(a, b), n = splits_of(W, chunk), even = round_up((W + n - 1) / n, kSplitAlign);
-      share = even > share ? even : share;
+    for (int pass = 0;; ++pass) {
+      chunk = even_chunk(a, lane, chunk);
+      if (pass == 1) {
+        cnt = call_splits_at(a, lane, chunk);
+        break;
+      }
+      if (chunk <= 2 * wave_chunk || first_chunk > kMaxChunk) break;
+      chunk = wave_chunk;
     }
-    share = warp_max(share);
-    chunk = share < chunk ? share : chunk;
-    if (chunk < kMinSplitKeys) chunk = kMinSplitKeys;
 
     // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
     // slots [slot0, slot0 + n).

@@ -67,6 +67,36 @@ def test_mixed_prefix_lengths_and_int8_mask(parity, tile_config):
     assert row["passed"], row
 
 
+# One long request among more requests than a wave holds CTAs (16 x 16 rows: 4 row tiles, so 33 work items per
+# wave on 132 SMs): the plan runs it in waves of splits instead of one split per request.
+LONG_AMONG_SHORT = [6000] + [200] * 39
+
+
+@pytest.mark.sglang
+def test_long_request_among_many_short_ones(parity, tile_config):
+    gpu_parity, triton_fwd, torch = parity
+    case = gpu_parity.make_case(16, 16, len(LONG_AMONG_SHORT), LONG_AMONG_SHORT, "tree", seed=6)
+    row = gpu_parity.run_case(case, triton_fwd, {})
+    assert row["passed"], row
+
+
+def test_plan_splits_a_long_request_among_many_short_ones(tile_config):
+    """req[b] = (splits, first partial slot) in the workspace, written by each call: the long request gets
+    several splits (one split per request would leave it to one CTA while the others idle), the short ones one."""
+    import torch
+
+    from kernel_ext import api, gpu_parity
+
+    batch = len(LONG_AMONG_SHORT)
+    case = gpu_parity.make_case(16, 16, batch, LONG_AMONG_SHORT, "tree", seed=7)
+    workspace = torch.zeros(api.workspace_bytes(batch, 16, 16), dtype=torch.uint8, device="cuda")
+    assert api.verify_attention(*case.args(case.fresh_output()), workspace=workspace)
+    torch.cuda.synchronize()
+    splits = workspace[:8 * batch].view(torch.int32).view(batch, 2)[:, 0].tolist()
+    assert splits[0] >= 4, f"the long request's splits: {splits[0]} (all: {splits})"
+    assert splits[1:] == [1] * (batch - 1), splits
+
+
 def test_enable_gate_and_verify_gate_semantics():
     from kernel_ext import gpu_parity
 
