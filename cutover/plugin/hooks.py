@@ -238,8 +238,12 @@ def install_on_backend(backend, runtime) -> bool:
 
 
 def _rank_of(model_runner) -> int:
-    """The tensor-parallel rank (one TP group per host: heartbeats are runtime/rank-<tp_rank>.json)."""
+    """The tensor-parallel rank (one TP group per host: heartbeats are runtime/rank-<tp_rank>.json): the
+    ModelRunner's `tp_rank` where it has one, else SGLang's runtime context's (0.5.23's ModelRunner keeps it only
+    there), else $CUTOVER_RANK, else the torch.distributed rank."""
     value = getattr(model_runner, "tp_rank", None)
+    if not isinstance(value, int):
+        value = _sglang_context_tp_rank()
     if isinstance(value, int):
         return value
     if os.environ.get(RANK_ENV, "").isdigit():
@@ -247,6 +251,18 @@ def _rank_of(model_runner) -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _sglang_context_tp_rank() -> int | None:
+    """tp_rank from SGLang's runtime context (`get_parallel()`, 0.5.23), or None where that SGLang has none or
+    this process has not written it."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        value = get_parallel().tp_rank
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def _device_of(model_runner):

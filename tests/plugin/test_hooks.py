@@ -152,6 +152,19 @@ def test_the_refusal_hook_target_exists_in_the_installed_sglang():
     assert method in {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
 
 
+def test_rank_comes_from_sglangs_runtime_context_where_the_model_runner_has_none(monkeypatch):
+    """SGLang 0.5.23's ModelRunner has no tp_rank: the rank is its runtime context's, ahead of $CUTOVER_RANK."""
+    context = pytest.importorskip("sglang.srt.runtime_context",
+                                  reason="this SGLang has no runtime context (before 0.5.23)")
+    runner = type("ModelRunner", (), {})()
+    monkeypatch.setenv(hooks.RANK_ENV, "3")
+    assert hooks._rank_of(runner) == 3  # the context's tp_rank is unwritten in this process
+    with context.get_parallel().override(tp_rank=5):
+        assert hooks._rank_of(runner) == 5
+        runner.tp_rank = 2  # an older ModelRunner's own attribute comes first
+        assert hooks._rank_of(runner) == 2
+
+
 def test_stock_kernel_resolves_from_the_installed_layout():
     kernel, module = hooks.resolve_stock_kernel()
     assert module in hooks.STOCK_KERNEL_MODULES and kernel.__name__ == "extend_attention_fwd"
