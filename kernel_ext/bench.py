@@ -156,7 +156,8 @@ class Shape:
     def __init__(self, H, T, batch, prefix, mask, seed=0, prefixes=None):
         self.H, self.T, self.batch, self.prefix, self.mask = H, T, batch, prefix, mask
         self.prefixes = list(prefixes) if prefixes is not None else [prefix] * batch
-        assert len(self.prefixes) == batch, "one prefix length per request"
+        if len(self.prefixes) != batch:
+            raise ValueError(f"{len(self.prefixes)} prefix lengths for a batch of {batch}: give one per request")
         gen = torch.Generator(device="cuda").manual_seed(seed)
         total = sum(self.prefixes)
         kv_bytes = total * MLA_QK_DIM * 2
