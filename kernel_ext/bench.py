@@ -48,6 +48,11 @@ GRIDS = {
                   mask=("tree",)),
 }
 
+MIN_POOL_BYTES = 256 << 20
+ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
+ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
+MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 456 sets for 512 MB
+
 
 def _log_uniform(batch: int, low: int, high: int, seed: int) -> list[int]:
     gen = random.Random(seed)
@@ -86,10 +91,6 @@ def add_mix_costs(rows: list[dict]) -> None:
         twin = str(r["prefix"]).startswith("mix:") and even.get((r["H"], r["T"], r["mask"], r["prefix"][4:]))
         if twin:
             r["mix_cost"] = r["ours_us"] / twin["ours_us"]
-MIN_POOL_BYTES = 256 << 20
-ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
-ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
-MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 456 sets for 512 MB
 
 
 def rotation_sets(kv_bytes: int, l2_bytes: int) -> int:
