@@ -102,6 +102,9 @@ def grid_cases(subset: str):
         # one long request among more requests than a wave holds CTAs: the plan's waves of splits
         (dict(H=16, T=16, batch=40, prefix="mixed", mask="tree", index="int64"),
          lambda: make_case(16, 16, 40, [6000] + [200] * 39, "tree", seed=1012)),
+        # more requests than a wave holds work items, lengths spread: one split each, in waves
+        (dict(H=8, T=16, batch=80, prefix="spread", mask="tree", index="int32"),
+         lambda: make_case(8, 16, 80, [(i * 7919) % 9000 for i in range(80)], "tree", torch.int32, seed=1013)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),

@@ -80,6 +80,19 @@ def test_long_request_among_many_short_ones(parity, tile_config):
     assert row["passed"], row
 
 
+# More requests than a wave holds work items (8 x 16 rows: 66 per wave on 132 SMs), lengths spread over 0-9000
+# keys: one split per request (the plan's one wave would hold 66), which the SMs take in waves.
+SPREAD_LENGTHS = [(i * 7919) % 9000 for i in range(80)]
+
+
+@pytest.mark.sglang
+def test_more_requests_than_a_wave_of_spread_lengths(parity, tile_config):
+    gpu_parity, triton_fwd, torch = parity
+    case = gpu_parity.make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=8)
+    row = gpu_parity.run_case(case, triton_fwd, {})
+    assert row["passed"], row
+
+
 def test_plan_splits_a_long_request_among_many_short_ones(tile_config):
     """req[b] = (splits, first partial slot) in the workspace, written by each call: the long request gets
     several splits (one split per request would leave it to one CTA while the others idle), the short ones one."""
