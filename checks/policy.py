@@ -2,7 +2,8 @@
 
 A policy file may set any subset of the fields of `checks/policies/default.yml`; fields it leaves out keep
 the default's value. Unknown fields are refused (a misspelt threshold must never silently fall back to the
-default). A top-level `scope: sandbox` marks a policy that may gate only sandbox hosts (`refuse_out_of_scope`).
+default). A top-level `scope: sandbox` marks a policy that may gate only sandbox hosts; a policy looser than the
+default must declare its scope (`sandbox`, or `any` on purpose) to gate any other host (`refuse_out_of_scope`).
 See docs/gates.md for what each threshold means and how the defaults were calibrated.
 """
 
@@ -61,6 +62,7 @@ class Policy:
     shadow: ShadowPolicy
     promote: PromotePolicy
     scope: str = SCOPE_ANY
+    scope_declared: bool = True  # False: the policy file left `scope` out and took the default's
 
 
 # Per field: (python type, lower bound, lower bound inclusive?). Floats must be finite.
@@ -169,6 +171,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
     """Load the default policy, overlaid with the scope and fields `path` sets (if given); validate the result."""
     scope, merged = _validated_values(DEFAULT_POLICY_PATH)
     source = str(DEFAULT_POLICY_PATH)
+    declared = scope
     if path is not None:
         source = str(path)
         declared, values = _validated_values(Path(path))
@@ -189,30 +192,39 @@ def load_policy(path: str | Path | None = None) -> Policy:
             "shadow.rel_l2_p99",
             f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})",
         )
-    return Policy(source=source, shadow=shadow, promote=built["promote"], scope=scope or SCOPE_ANY)
+    return Policy(source=source, shadow=shadow, promote=built["promote"], scope=scope or SCOPE_ANY,
+                  scope_declared=declared is not None)
 
 
 def refuse_out_of_scope(policy: Policy, serving_kinds: dict[str, str], *, from_environment: bool = False) -> None:
-    """Raise ConfigError when `policy` may gate only sandbox hosts and a target is not one. `serving_kinds`:
-    each target host's name -> its inventory serving_kind; `from_environment`: CUTOVER_POLICY named the
-    policy, not --policy."""
-    if policy.scope != SCOPE_SANDBOX:
-        return
+    """Raise ConfigError when `policy` may not gate a target that is not a sandbox host: a sandbox-only policy,
+    or one that loosens the default's thresholds without declaring its scope. `serving_kinds`: each target
+    host's name -> its inventory serving_kind; `from_environment`: CUTOVER_POLICY named the policy, not
+    --policy."""
     outside = [f"{name} (serving_kind {kind})" for name, kind in serving_kinds.items() if kind != SANDBOX_SERVING_KIND]
     if not outside:
         return
     named_by = " (from CUTOVER_POLICY)" if from_environment else ""
-    production = "pass --policy with a production policy, or no --policy for checks/policies/default.yml"
-    hint = (
-        f"unset CUTOVER_POLICY (it names this sandbox-only policy), then {production}"
-        if from_environment
-        else f"{production}; without --policy, CUTOVER_POLICY applies: unset it if it names a sandbox policy"
-    )
-    raise ConfigError(
-        f"policy {policy.source}{named_by} has scope {policy.scope}: it may gate only sandbox hosts, "
-        f"not {', '.join(outside)}",
-        hint=hint,
-    )
+    if policy.scope == SCOPE_SANDBOX:
+        production = "pass --policy with a production policy, or no --policy for checks/policies/default.yml"
+        hint = (
+            f"unset CUTOVER_POLICY (it names this sandbox-only policy), then {production}"
+            if from_environment
+            else f"{production}; without --policy, CUTOVER_POLICY applies: unset it if it names a sandbox policy"
+        )
+        raise ConfigError(
+            f"policy {policy.source}{named_by} has scope {policy.scope}: it may gate only sandbox hosts, "
+            f"not {', '.join(outside)}",
+            hint=hint,
+        )
+    loosened = [] if policy.scope_declared else loosened_fields(policy)
+    if loosened:
+        raise ConfigError(
+            f"policy {policy.source}{named_by} declares no scope and is looser than checks/policies/default.yml "
+            f"({'; '.join(loosened)}): it may not gate {', '.join(outside)}",
+            hint="a rehearsal policy says `scope: sandbox` (it then gates sandbox hosts only); to gate these hosts "
+            "with looser thresholds on purpose, say `scope: any` in the policy file",
+        )
 
 
 # Which way each shadow threshold tightens, for `looser_than`: AT_MOST limits (a larger value lets more through)
@@ -236,6 +248,47 @@ SHADOW_DIRECTIONS = {
 }
 
 
+# The same for the promote watch: a shorter watch, sparser probes or more tolerated failures let more through.
+PROMOTE_DIRECTIONS = {
+    "watch_minutes": AT_LEAST,
+    "probe_interval_s": AT_MOST,
+    "max_failed_probes": AT_MOST,
+    "min_verify_rate_ratio": AT_LEAST,
+    "max_new_errors": AT_MOST,
+    "min_accept_length_ratio": AT_LEAST,
+}
+
+
+def _require_directions(section: str) -> dict[str, str]:
+    """The section's directions; RuntimeError for a field that has none (never guess which way it tightens)."""
+    directions = SHADOW_DIRECTIONS if section == "shadow" else PROMOTE_DIRECTIONS
+    unknown = [f.name for f in fields(_SECTIONS[section]) if directions.get(f.name) not in (AT_MOST, AT_LEAST)]
+    if unknown:
+        raise RuntimeError(
+            f"checks/policy.py: no direction for {section} field(s) {', '.join(unknown)} in "
+            f"{section.upper()}_DIRECTIONS: say whether a larger value is looser (AT_MOST) or stricter (AT_LEAST)"
+        )
+    return directions
+
+
+def _lets_more_through(value: float | int, than: float | int, direction: str) -> bool:
+    return value > than if direction == AT_MOST else value < than
+
+
+def loosened_fields(policy: Policy) -> list[str]:
+    """One line per threshold (shadow and promote) where `policy` lets through more than the shipped default."""
+    default = load_policy()
+    lines = []
+    for section in _SECTIONS:
+        directions = _require_directions(section)
+        mine, shipped = getattr(policy, section), getattr(default, section)
+        for f in fields(mine):
+            value, limit = getattr(mine, f.name), getattr(shipped, f.name)
+            if _lets_more_through(value, limit, directions[f.name]):
+                lines.append(f"{section}.{f.name} {_shown(value)}, the default {directions[f.name]} {_shown(limit)}")
+    return lines
+
+
 def shadow_thresholds(shadow: ShadowPolicy) -> dict:
     """The shadow section as a plain dict (every field), as a verdict records it (`VerdictRecord.policy_shadow`)."""
     return asdict(shadow)
@@ -254,12 +307,7 @@ def looser_than(recorded: dict | None, policy: ShadowPolicy) -> list[str]:
     so; a field the record lacks, or holds no number for, gives a line for that field. Fields the record has
     but `policy` does not know are ignored. Raises RuntimeError for a ShadowPolicy field with no direction
     in SHADOW_DIRECTIONS, never guessing which way it tightens."""
-    unknown = [f.name for f in fields(ShadowPolicy) if SHADOW_DIRECTIONS.get(f.name) not in (AT_MOST, AT_LEAST)]
-    if unknown:
-        raise RuntimeError(
-            f"checks/policy.py: no direction for shadow field(s) {', '.join(unknown)} in SHADOW_DIRECTIONS: "
-            "say whether a larger value is looser (AT_MOST) or stricter (AT_LEAST)"
-        )
+    directions = _require_directions("shadow")
     if recorded is None:
         return ["shadow: the verdict records no thresholds (written by an older cutover), so it cannot be shown "
                 "to meet this policy"]
@@ -268,7 +316,7 @@ def looser_than(recorded: dict | None, policy: ShadowPolicy) -> list[str]:
                 "not a mapping)"]
     lines = []
     for f in fields(ShadowPolicy):
-        direction = SHADOW_DIRECTIONS[f.name]
+        direction = directions[f.name]
         current = getattr(policy, f.name)
         need = f"this policy needs {direction} {_shown(current)}"
         if f.name not in recorded:
@@ -278,7 +326,6 @@ def looser_than(recorded: dict | None, policy: ShadowPolicy) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             lines.append(f"shadow.{f.name}: the verdict records {value!r}, not a number, {need}")
             continue
-        looser = value > current if direction == AT_MOST else value < current
-        if looser:
+        if _lets_more_through(value, current, direction):
             lines.append(f"shadow.{f.name}: the verdict was judged with {_shown(value)}, {need}")
     return lines

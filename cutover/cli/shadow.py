@@ -51,7 +51,8 @@ LeaseOpt = Annotated[
 
 
 def refuse_policy_out_of_scope(ctx: typer.Context, policy: Policy, hosts: list[Host]) -> None:
-    """Refuse a sandbox-only policy for targets that are not sandbox hosts, before any host is touched."""
+    """Refuse a sandbox-only policy, or one looser than the default that declares no scope, for targets that are
+    not sandbox hosts, before any host is touched."""
     # By name: newer typer vendors its own click, whose ParameterSource is not click's.
     from_environment = ctx.get_parameter_source("policy").name == "ENVIRONMENT"
     refuse_out_of_scope(policy, {host.name: host.serving_kind for host in hosts}, from_environment=from_environment)

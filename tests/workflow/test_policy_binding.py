@@ -8,8 +8,8 @@ import pytest
 
 from checks import policy as policy_module
 from checks.policy import (
-    AT_LEAST, AT_MOST, DEFAULT_POLICY_PATH, SHADOW_DIRECTIONS, ShadowPolicy, load_policy, looser_than,
-    shadow_thresholds,
+    AT_LEAST, AT_MOST, DEFAULT_POLICY_PATH, PROMOTE_DIRECTIONS, SHADOW_DIRECTIONS, PromotePolicy, ShadowPolicy,
+    load_policy, looser_than, shadow_thresholds,
 )
 from cutover.workflow.verdict import VerdictRecord
 
@@ -28,6 +28,12 @@ def test_every_shadow_field_has_a_direction():
     names = {f.name for f in dataclasses.fields(ShadowPolicy)}
     assert set(SHADOW_DIRECTIONS) == names, "decide AT_MOST or AT_LEAST for each new ShadowPolicy field"
     assert set(SHADOW_DIRECTIONS.values()) <= {AT_MOST, AT_LEAST}
+
+
+def test_every_promote_field_has_a_direction():
+    names = {f.name for f in dataclasses.fields(PromotePolicy)}
+    assert set(PROMOTE_DIRECTIONS) == names, "decide AT_MOST or AT_LEAST for each new PromotePolicy field"
+    assert set(PROMOTE_DIRECTIONS.values()) <= {AT_MOST, AT_LEAST}
 
 
 def test_minimums_are_at_least_and_limits_at_most():

@@ -1,5 +1,6 @@
-"""A sandbox-only policy (`scope: sandbox`) never gates a production host: shadow and promote refuse it before
-any host is touched, whether --policy or CUTOVER_POLICY named it."""
+"""A sandbox-only policy (`scope: sandbox`) never gates a production host, nor does one looser than the default
+that declares no scope: shadow and promote refuse it before any host is touched, whether --policy or
+CUTOVER_POLICY named it."""
 
 import sys
 
@@ -57,8 +58,41 @@ def test_shipped_policies_declare_their_scope(path, scope):
     assert load_policy(path).scope == scope
 
 
-def test_a_policy_without_scope_may_gate_any_host(tmp_path):
-    assert load_policy(write_policy(tmp_path, "shadow:\n  min_duration_s: 5\n")).scope == "any"
+def test_a_stricter_policy_without_scope_may_gate_any_host(tmp_path):
+    policy = load_policy(write_policy(tmp_path, "shadow:\n  min_duration_s: 7200\n  rel_l2_p99: 5.0e-3\n"))
+    assert (policy.scope, policy.scope_declared) == ("any", False)
+    refuse_out_of_scope(policy, {"ct200": "sglang", "rehearsal": "sandbox"})
+
+
+LOOSE = "shadow:\n  min_duration_s: 60\n  max_abs: 0.5\npromote:\n  watch_minutes: 1\n"
+LOOSE_FIELDS = ("shadow.min_duration_s 60, the default at least 3600; shadow.max_abs 0.5, the default at most 0.25; "
+                "promote.watch_minutes 1, the default at least 10")
+
+
+@pytest.mark.parametrize("from_environment", [False, True])
+def test_a_looser_policy_without_scope_is_refused_for_a_production_host(tmp_path, from_environment):
+    path = write_policy(tmp_path, LOOSE)
+    with pytest.raises(ConfigError) as caught:
+        refuse_out_of_scope(load_policy(path), {"rehearsal": "sandbox", "ct200": "sglang"},
+                            from_environment=from_environment)
+    named_by = " (from CUTOVER_POLICY)" if from_environment else ""
+    assert caught.value.message == (
+        f"policy {path}{named_by} declares no scope and is looser than checks/policies/default.yml "
+        f"({LOOSE_FIELDS}): it may not gate ct200 (serving_kind sglang)"
+    )
+    assert "`scope: sandbox`" in caught.value.hint and "`scope: any`" in caught.value.hint
+
+
+@pytest.mark.parametrize("scope_line", ["scope: any\n", "scope: sandbox\n"])
+def test_a_looser_policy_that_declares_its_scope_is_taken_at_its_word(tmp_path, scope_line):
+    policy = load_policy(write_policy(tmp_path, scope_line + LOOSE))
+    refuse_out_of_scope(policy, {"rehearsal": "sandbox"})
+    if policy.scope == "any":
+        refuse_out_of_scope(policy, {"ct200": "sglang"})
+
+
+def test_a_looser_policy_without_scope_may_gate_sandbox_hosts(tmp_path):
+    refuse_out_of_scope(load_policy(write_policy(tmp_path, LOOSE)), {"rehearsal": "sandbox", "local": "sandbox"})
 
 
 @pytest.mark.parametrize("value", ["production", "Sandbox", "[sandbox]", "true"])
@@ -117,3 +151,13 @@ def test_cli_refuses_sandbox_policy_on_a_production_host_before_touching_any(
         "not ct200 (serving_kind sglang)\n  fix: "
     ), result.stderr
     assert not (tmp_path / "rehearsal").exists()  # no lock, journal or phase written on the sandbox host
+
+
+def test_cli_refuses_a_looser_policy_without_scope_on_a_production_host_before_touching_any(cli, tmp_path, monkeypatch):
+    inventory = mixed_inventory(tmp_path)
+    policy = write_policy(tmp_path, LOOSE)
+    monkeypatch.delenv("CUTOVER_POLICY", raising=False)
+    result = cli("shadow", "--minutes", "2", "-i", inventory, "--policy", policy)
+    assert result.returncode == EXIT_CONFIG, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: policy {policy} declares no scope and is looser than "), result.stderr
+    assert not (tmp_path / "rehearsal").exists()
