@@ -11,8 +11,9 @@ Three AROUND hooks through ``sglang.srt.plugins.hook_registry.HookRegistry``:
   ``forward_batch.forward_mode.is_target_verify()``, else inside ``verify_site(None)``;
 * the ``ModelRunner`` method that builds its attention backends (``init_attention_backends`` in 0.5.14+, called
   after ``__init__``; ``init_attention_backend`` in 0.5.11-0.5.13, called inside it): a target runner for which
-  no TritonAttnBackend was built (``--attention-backend flashinfer``, fa3, ...) makes its rank refuse custom,
-  heartbeating which backend it runs instead of leaving no heartbeat at all.
+  no TritonAttnBackend was built (``--attention-backend flashinfer``, fa3, ...), or whose HybridAttnBackend runs
+  target verify on a side that is not one, makes its rank refuse custom, heartbeating which backend it runs
+  instead of leaving no heartbeat at all.
 
 Why a flag from ``forward_extend`` rather than guessing from the kernel's arguments: a non-None
 ``custom_mask`` also reaches the kernel outside target verify (draft extend with a tree mask), and the kernel's
@@ -154,12 +155,39 @@ def run_then_refuse(original, model_runner, args, kwargs, reason_for):
 
 def backend_refusal(model_runner) -> str:
     """Why this rank cannot serve custom, judged from a ModelRunner that has built its attention backends: ""
-    for a draft runner (its backend never runs target verify) or one the hooked backend was built for."""
-    if getattr(model_runner, "is_draft_worker", False) or getattr(model_runner, HOOKED_BACKEND_MARK, False):
+    for a draft runner (its backend never runs target verify) or one the hooked backend was built for and, where
+    its backend is hybrid, runs target verify on."""
+    if getattr(model_runner, "is_draft_worker", False):
         return ""
-    name = type(getattr(model_runner, "attn_backend", None)).__name__
-    return (f"SGLang's attention backend here is {name}, not triton: cutover serves only --attention-backend "
-            f"triton (start SGLang with it to use the custom kernel); serving runs {name} only")
+    backend = getattr(model_runner, "attn_backend", None)
+    hybrid = hybrid_verify_side(model_runner, backend)
+    if hybrid is None:
+        if getattr(model_runner, HOOKED_BACKEND_MARK, False):
+            return ""
+        name = type(backend).__name__
+        return (f"SGLang's attention backend here is {name}, not triton: cutover serves only --attention-backend "
+                f"triton (start SGLang with it to use the custom kernel); serving runs {name} only")
+    side, verifier = hybrid
+    if getattr(verifier, HOOKED_BACKEND_MARK, False):
+        return ""
+    name = type(verifier).__name__
+    return (f"SGLang's attention backend here is {type(backend).__name__}, whose {side} side runs target verify: "
+            f"{name}, not triton: cutover serves only a triton target verify (--attention-backend triton, or "
+            f"--{side}-attention-backend triton); serving runs {name} for target verify only")
+
+
+def hybrid_verify_side(model_runner, backend) -> tuple[str, object] | None:
+    """For SGLang's HybridAttnBackend (prefill and decode backends differ): the side that runs target verify and
+    its backend, as its ``_select_backend`` picks: decode under ``--speculative-attention-mode decode``, else
+    prefill. None for any other backend."""
+    prefill, decode = getattr(backend, "prefill_backend", None), getattr(backend, "decode_backend", None)
+    if prefill is None or decode is None:
+        return None
+    on_decode = getattr(backend, "spec_attn_is_decode", None)
+    if on_decode is None:  # a HybridAttnBackend that does not keep the mode: the server's arguments say
+        mode = getattr(getattr(model_runner, "server_args", None), "speculative_attention_mode", "prefill")
+        on_decode = mode == "decode"
+    return ("decode", decode) if on_decode else ("prefill", prefill)
 
 
 def around_backend_init(original, backend, *args, **kwargs):
@@ -167,7 +195,8 @@ def around_backend_init(original, backend, *args, **kwargs):
     its extend kernel (never raises)."""
     result = original(backend, *args, **kwargs)
     model_runner = kwargs.get("model_runner", args[0] if args else None)
-    _mark_hooked_backend(model_runner)
+    _mark_hooked(model_runner)
+    _mark_hooked(backend)
     try:
         install_on_backend(backend, runtime_for_process(model_runner))
     except Exception as exc:  # noqa: BLE001 - this rank keeps SGLang's kernel
@@ -176,11 +205,12 @@ def around_backend_init(original, backend, *args, **kwargs):
     return result
 
 
-def _mark_hooked_backend(model_runner) -> None:
-    """Note on ``model_runner`` that the hooked backend was built for it (what ``backend_refusal`` reads)."""
+def _mark_hooked(obj) -> None:
+    """Note on a model runner that the hooked backend was built for it, and on the backend that it is hooked (what
+    ``backend_refusal`` reads)."""
     try:
-        setattr(model_runner, HOOKED_BACKEND_MARK, True)
-    except (AttributeError, TypeError):  # no runner to mark (none passed, or it takes no attributes)
+        setattr(obj, HOOKED_BACKEND_MARK, True)
+    except (AttributeError, TypeError):  # nothing to mark (none passed, or it takes no attributes)
         pass
 
 

@@ -191,3 +191,79 @@ def test_the_installed_model_runner_builds_its_backend_after_init_in_the_hooked_
 def test_the_backend_builder_is_found_in_every_layout(methods, builder):
     body = "".join(f"    def {name}(self):\n        pass\n" for name in methods)
     assert hooks.attention_builder(f"class ModelRunner:\n{body}") == builder
+
+
+class HybridAttnBackend:
+    """Stands in for SGLang's HybridAttnBackend (--prefill-attention-backend and --decode-attention-backend
+    differ): target verify runs on the decode side under --speculative-attention-mode decode, else on prefill."""
+
+    def __init__(self, model_runner, prefill_class, decode_class, verify_on_decode):
+        self.prefill_backend = prefill_class(model_runner)
+        self.decode_backend = decode_class(model_runner)
+        self.spec_attn_is_decode = verify_on_decode
+
+
+def hybrid(prefill_class, decode_class, verify_on_decode=False):
+    return lambda runner: HybridAttnBackend(runner, prefill_class, decode_class, verify_on_decode)
+
+
+@pytest.mark.parametrize("backend_class, side", [
+    (hybrid(OTHER, TRITON), "prefill"),  # Triton decodes, FlashInfer verifies (SGLang's default mode)
+    (hybrid(TRITON, OTHER, verify_on_decode=True), "decode"),
+], ids=["prefill-verifies", "decode-verifies"])
+def test_a_hybrid_backend_that_verifies_on_another_backend_refuses(hooked, paths, write_control, backend_class, side):
+    write_control("triton", 1)
+    runner = StandInRunner(5, backend_class)
+    build(runner)
+
+    # the Triton side's runtime may heartbeat once before the runner's check refuses
+    beat = wait_for_heartbeat(paths, 5, lambda b: b.generation_seen >= 1 and b.reason != "")
+    assert beat.reason == (
+        f"custom path unavailable: SGLang's attention backend here is HybridAttnBackend, whose {side} side runs "
+        "target verify: FlashInferMLAAttnBackend, not triton: cutover serves only a triton target verify "
+        f"(--attention-backend triton, or --{side}-attention-backend triton); serving runs "
+        "FlashInferMLAAttnBackend for target verify only")
+    write_control("shadow", 2)
+    beat = wait_for_heartbeat(paths, 5, lambda b: b.generation_seen >= 2)
+    assert beat.mode_active == "triton" and not beat.acknowledges(2, "shadow")
+
+
+@pytest.mark.parametrize("backend_class", [hybrid(TRITON, OTHER), hybrid(OTHER, TRITON, verify_on_decode=True)],
+                         ids=["prefill-verifies", "decode-verifies"])
+def test_a_hybrid_backend_that_verifies_on_triton_is_served(hooked, paths, write_control, backend_class):
+    write_control("triton", 1)
+    runner = StandInRunner(6, backend_class)
+    build(runner)
+
+    assert hooks._runtime.unavailable == ""
+    write_control("shadow", 2)
+    beat = wait_for_heartbeat(paths, 6, lambda b: b.generation_seen >= 2)
+    assert beat.acknowledges(2, "shadow") and beat.reason == ""
+
+
+def test_without_the_mode_on_the_backend_the_server_arguments_say_which_side_verifies():
+    class Args:
+        speculative_attention_mode = "decode"
+
+    runner = StandInRunner(7, OTHER)
+    runner.server_args = Args()
+    backend = HybridAttnBackend(runner, OTHER, OTHER, verify_on_decode=None)
+    assert hooks.hybrid_verify_side(runner, backend) == ("decode", backend.decode_backend)
+    del runner.server_args
+    assert hooks.hybrid_verify_side(runner, backend) == ("prefill", backend.prefill_backend)
+    assert hooks.hybrid_verify_side(runner, OTHER(runner)) is None
+
+
+def test_the_installed_hybrid_backend_keeps_what_the_check_reads():
+    """SGLang's HybridAttnBackend sets prefill_backend, decode_backend and spec_attn_is_decode in __init__, and its
+    _select_backend sends target verify to the decode side exactly when spec_attn_is_decode."""
+    path = Path(importlib.util.find_spec("sglang").origin).parent / "srt/layers/attention/hybrid_attn_backend.py"
+    [cls] = [n for n in ast.parse(path.read_text()).body
+             if isinstance(n, ast.ClassDef) and n.name == "HybridAttnBackend"]
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assigned = {t.attr for n in ast.walk(methods["__init__"]) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Attribute)}
+    assert {"prefill_backend", "decode_backend", "spec_attn_is_decode"} <= assigned
+    select = ast.unparse(methods["_select_backend"])
+    assert "is_target_verify()" in select
+    assert "self.decode_backend if self.spec_attn_is_decode else self.prefill_backend" in " ".join(select.split())
