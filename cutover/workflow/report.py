@@ -36,13 +36,14 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
         truth_floor=meta["policy"]["shadow"]["truth_anchor_floor"],
     )
     start = meta["started_at"]
+    offsets = meta.get("clock_offsets_s") or {}  # host -> its clock minus the operator's (absent: older runs)
     worst = defaultdict(lambda: defaultdict(float))  # layer -> second since start -> p99 of that interval
     compared = defaultdict(int)  # second since start -> calls compared (all layers, hosts, ranks)
     truth = []
     for host, record in store.iter_stats():
         if not summary.add(host, record):
             continue
-        second = round(record["ts"] - start)
+        second = round(record["ts"] - offsets.get(host, 0.0) - start)  # the host's time on the operator's clock
         for name, data in record.get("layers", {}).items():
             p99 = hist_quantile(data.get("rel_l2_hist") or [], 0.99, float(data.get("rel_l2_max", math.inf)))
             if p99 is not None:
@@ -87,6 +88,15 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _clock_line(meta: dict) -> str:
+    """How the plots' times were put on one clock."""
+    offsets = meta.get("clock_offsets_s")
+    if not offsets:
+        return "times: each host's own clock (this run recorded no clock offsets)"
+    shown = ", ".join(f"{host} {offset:+.3f} s" for host, offset in sorted(offsets.items()))
+    return f"times: seconds since the start on the operator's clock; host clocks ahead of it by {shown}"
+
+
 def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped: int) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
     lines = [
@@ -101,6 +111,7 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped
         ),
         f"* policy: `{meta['policy']['source']}`; sample rate: every {meta['sample_rate']} verify call(s)",
         f"* kernel computing the custom path: {', '.join(meta.get('kernels') or ['unknown'])}",
+        f"* {_clock_line(meta)}",
         "",
         "## Verdict",
         "",
@@ -210,6 +221,7 @@ def write_report(store: RunStore) -> ReportFiles:
         "verdict": json.loads(verdict.to_json()) if verdict else None,
         "totals": summary.totals(),
         "layers": rows,
+        "series": series,  # the plots' data: seconds since the start on the operator's clock
         "plots": [str(p) for p in files.plots],
         "plot_note": files.plot_note,
         "unreadable_stats_lines": store.unreadable_lines,

@@ -32,8 +32,10 @@ def run_meta(
     policy: Policy,
     sample_rate: int,
     kernels: list[str],
+    clock_offsets_s: dict[str, float] | None = None,
 ) -> dict:
-    """The run.json of a shadow run: what was armed where, under which policy."""
+    """The run.json of a shadow run: what was armed where, under which policy, and each host's clock offset
+    (seconds its clock is ahead of the operator's, as measured over SSH: the stats' times are the host's)."""
     return {
         "run_id": run_id,
         "release_id": release_id,
@@ -44,6 +46,7 @@ def run_meta(
         "policy": {"source": policy.source, "shadow": asdict(policy.shadow), "promote": asdict(policy.promote)},
         "sample_rate": sample_rate,
         "kernels": kernels,
+        "clock_offsets_s": dict(clock_offsets_s or {}),
     }
 
 

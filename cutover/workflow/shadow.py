@@ -216,6 +216,7 @@ class _ShadowRun:
         self.store = RunStore(options.reports_dir, self.run_id)
         self.entered: list[HostLink] = []  # phase moved to shadowing: rolled back and recorded on failure
         self.runs: list[_HostRun] = []
+        self.clock_offsets: dict[str, float] = {}  # host -> its clock minus ours (run.json: the report's time axis)
         self.confirmed_by_rollback: set[str] = set()  # hosts the rollback path confirmed on Triton
         self.unconfirmed: bool = False  # a rollback could not confirm Triton somewhere (the lease does it)
         self.returned_by_rollback: dict[str, str] = {}  # end of run: host -> why its ordinary return failed
@@ -291,6 +292,7 @@ class _ShadowRun:
             )
             self.runs.append(_HostRun(link, control.generation, [], tail))
             self.summary.generations[link.name] = control.generation
+            self.clock_offsets[link.name] = link.call(lambda st: st.transport.clock_offset())  # measured to arm
             self.store.save_run(self._meta(kernels=[]))
         for run in self.runs:
             ack = run.link.call(lambda st: st.wait_for_ack(run.generation))
@@ -315,6 +317,7 @@ class _ShadowRun:
             self.policy,
             self.options.sample_rate,
             kernels,
+            self.clock_offsets,
         )
 
     def _loop(self) -> None:

@@ -111,3 +111,28 @@ def test_a_cut_short_stats_line_is_skipped_and_counted_and_non_finite_values_sta
     document = json.loads(files.json.read_text(), parse_constant=_strict_constant)  # no NaN / Infinity tokens
     assert document["unreadable_stats_lines"] == 1
     assert {row["layer"]: row for row in document["layers"]}["5"]["rel_l2_max"] == "NaN"
+
+
+def test_stats_times_go_onto_the_operator_clock_by_each_hosts_offset(tmp_path):
+    """h2's clock is 100 s ahead: its records at host time START + 100 + s are second s of the run, beside h1's."""
+    store = RunStore(tmp_path, "20261129T000000Z-def456")
+    store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3, "h2": 8}, START, load_policy(), 4, ["reference (no GPU)"],
+                            {"h1": 0.0, "h2": 100.0}))
+    for second in range(3):
+        store.append_stats("h1", 0, record({"0": layer([1e-3] * 2)}, ts=START + second))
+        store.append_stats("h2", 1, record({"0": layer([1e-3] * 5)}, ts=START + 100 + second, rank=1, generation=8))
+
+    files = write_report(store)
+    report = json.loads(files.json.read_text())
+    assert report["series"]["compared"] == [[0, 7], [1, 7], [2, 7]]
+    assert "host clocks ahead of it by h1 +0.000 s, h2 +100.000 s" in files.markdown.read_text()
+
+
+def test_a_run_without_recorded_offsets_says_its_times_are_the_hosts(tmp_path):
+    store = stored_run(tmp_path)
+    meta = json.loads(store.run_file.read_text())
+    del meta["clock_offsets_s"]  # as an older cutover wrote run.json
+    store.run_file.write_text(json.dumps(meta))
+    files = write_report(store)
+    assert "times: each host's own clock (this run recorded no clock offsets)" in files.markdown.read_text()
+    assert json.loads(files.json.read_text())["series"]["compared"][0][0] == 0

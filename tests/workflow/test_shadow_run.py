@@ -10,6 +10,7 @@ from cutover.config import Inventory, Settings
 from cutover.errors import GateFailedError, HostError
 from cutover.transport import LocalTransport
 from cutover.workflow import observe
+from cutover.workflow.runstore import RunStore
 from cutover.workflow.shadow import ShadowOptions, run_shadow
 
 from .hostfiles import local_host, write_control, write_phase
@@ -114,3 +115,10 @@ def test_a_later_host_failing_to_enter_leaves_the_hosts_entered_rolled_back(worl
     assert journal_actions(h1)[-3:] == ["shadow_start", "rollback", "shadow_end"]
     assert (phase_of(h2), mode_of(h2)) == ("staged", "triton")
     assert "shadow_start" not in journal_actions(h2)
+
+
+def test_a_run_records_each_hosts_clock_offset_for_the_reports_time_axis(world, tmp_path):
+    hosts, run = world({"h1": True, "h2": True})
+    outcome = run()
+    meta = RunStore(tmp_path / "reports", outcome.record.run_id).load_run()
+    assert meta["clock_offsets_s"] == {"h1": 0.0, "h2": 0.0}  # local hosts: this machine's clock
