@@ -227,7 +227,7 @@ def refuse_out_of_scope(policy: Policy, serving_kinds: dict[str, str], *, from_e
         )
 
 
-# Which way each shadow threshold tightens, for `looser_than`: AT_MOST limits (a larger value lets more through)
+# Which way each shadow threshold tightens, for `looser_than` and `loosened_fields`: AT_MOST limits (a larger value lets more through)
 # and AT_LEAST minimums (a smaller value lets more through). Every ShadowPolicy field must be listed here: a new
 # field without a direction makes `looser_than` refuse to run (and tests/workflow/test_policy_binding.py fail),
 # so whoever adds a threshold decides how promote compares it.
