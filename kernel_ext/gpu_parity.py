@@ -32,6 +32,10 @@ GRID_T = (1, 2, 8, 16, 32, 64)
 GRID_BATCH = (1, 3, 8, 32)
 GRID_PREFIX = (0, 1, 7, 1000, 5000, 32768)
 MASKS = ("tree", "chain", "causal")
+# Batches of more requests than a wave holds work items (16 x 16 rows: 33 on 132 SMs; 8 x 16 rows: 66): one long
+# request among short ones (the plan's waves of splits), and lengths spread over 0-9000 keys (one split each).
+LONG_AMONG_SHORT = [6000] + [200] * 39
+SPREAD_LENGTHS = [(i * 7919) % 9000 for i in range(80)]
 
 
 def load_sglang_triton():
@@ -101,10 +105,10 @@ def grid_cases(subset: str):
          lambda: make_case(16, 64, 5, [4097, 0, 63, 20000, 9], "tree", torch.int32, seed=1002)),
         # one long request among more requests than a wave holds CTAs: the plan's waves of splits
         (dict(H=16, T=16, batch=40, prefix="mixed", mask="tree", index="int64"),
-         lambda: make_case(16, 16, 40, [6000] + [200] * 39, "tree", seed=1012)),
+         lambda: make_case(16, 16, len(LONG_AMONG_SHORT), LONG_AMONG_SHORT, "tree", seed=1012)),
         # more requests than a wave holds work items, lengths spread: one split each, in waves
         (dict(H=8, T=16, batch=80, prefix="spread", mask="tree", index="int32"),
-         lambda: make_case(8, 16, 80, [(i * 7919) % 9000 for i in range(80)], "tree", torch.int32, seed=1013)),
+         lambda: make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=1013)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),

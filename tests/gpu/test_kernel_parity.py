@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernel_ext.gpu_parity import LONG_AMONG_SHORT, SPREAD_LENGTHS
 from kernel_ext.testing import TILE_CONFIGS
 
 pytestmark = pytest.mark.gpu
@@ -67,11 +68,8 @@ def test_mixed_prefix_lengths_and_int8_mask(parity, tile_config):
     assert row["passed"], row
 
 
-# One long request among more requests than a wave holds CTAs (16 x 16 rows: 4 row tiles, so 33 work items per
-# wave on 132 SMs): the plan runs it in waves of splits instead of one split per request.
-LONG_AMONG_SHORT = [6000] + [200] * 39
-
-
+# LONG_AMONG_SHORT: one long request among more requests than a wave holds CTAs (16 x 16 rows: 4 row tiles, so 33
+# work items per wave on 132 SMs): the plan runs it in waves of splits instead of one split per request.
 @pytest.mark.sglang
 def test_long_request_among_many_short_ones(parity, tile_config):
     gpu_parity, triton_fwd, torch = parity
@@ -80,11 +78,8 @@ def test_long_request_among_many_short_ones(parity, tile_config):
     assert row["passed"], row
 
 
-# More requests than a wave holds work items (8 x 16 rows: 66 per wave on 132 SMs), lengths spread over 0-9000
-# keys: one split per request (the plan's one wave would hold 66), which the SMs take in waves.
-SPREAD_LENGTHS = [(i * 7919) % 9000 for i in range(80)]
-
-
+# SPREAD_LENGTHS: more requests than a wave holds work items (8 x 16 rows: 66 per wave on 132 SMs), lengths spread
+# over 0-9000 keys: one split per request, which the SMs take in waves.
 @pytest.mark.sglang
 def test_more_requests_than_a_wave_of_spread_lengths(parity, tile_config):
     gpu_parity, triton_fwd, torch = parity
