@@ -35,6 +35,24 @@ from kernel_ext.gpu_parity import load_sglang_triton
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
 from kernel_ext.testing import random_tree_parents, tree_tail_mask
 
+
+def _log_uniform(batch: int, low: int, high: int, seed: int) -> list[int]:
+    gen = random.Random(seed)
+    return [int(math.exp(gen.uniform(math.log(low), math.log(high)))) for _ in range(batch)]
+
+
+# Prefix lengths of each request of a mixed batch: one long request among short ones, a few long among tiny ones,
+# lengths drawn log-uniformly between 512 and 65536 (a serving batch of chats and documents), a narrow spread (2x),
+# and a near-even one (within 1/16: the plan keeps request order there).
+MIXES = {
+    "1x65536+63x1024": lambda: [65536] + [1024] * 63,
+    "4x65536+60x256": lambda: [65536] * 4 + [256] * 60,
+    "logu16": lambda: _log_uniform(16, 512, 65536, seed=1),
+    "logu64": lambda: _log_uniform(64, 512, 65536, seed=1),
+    "logu64x2": lambda: _log_uniform(64, 2048, 4096, seed=1),
+    "near64": lambda: _log_uniform(64, 4096, 4352, seed=1),
+}
+
 GRIDS = {
     "full": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1, 4, 16, 64), prefix=(1024, 4096, 16384, 65536),
                  mask=("tree", "chain")),
@@ -44,29 +62,13 @@ GRIDS = {
     # one request per call: the combine merges up to a wave of splits per row (its long-batch layout)
     "batch1": dict(H=(8, 16), T=(8, 16, 32, 64), batch=(1,), prefix=(1024, 4096, 16384, 65536), mask=("tree",)),
     # batches of mixed prefix lengths (MIXES), each with its even twin
-    "mixed": dict(H=(8, 16), T=(8, 16), mix=("1x65536+63x1024", "4x65536+60x256", "logu16", "logu64"),
-                  mask=("tree",)),
+    "mixed": dict(H=(8, 16), T=(8, 16), mix=tuple(MIXES), mask=("tree",)),
 }
 
 MIN_POOL_BYTES = 256 << 20
 ROTATE_BYTES = 512 << 20  # small shapes cycle through index sets until this many KV bytes are touched
 ROTATE_L2_MULTIPLE = 4    # ... and at least this many times the device's L2
 MAX_SETS = 1024           # batch 1, prefix 1024 (1.2 MB of rows) needs 456 sets for 512 MB
-
-
-def _log_uniform(batch: int, low: int, high: int, seed: int) -> list[int]:
-    gen = random.Random(seed)
-    return [int(math.exp(gen.uniform(math.log(low), math.log(high)))) for _ in range(batch)]
-
-
-# Prefix lengths of each request of a mixed batch: one long request among short ones, a few long among tiny ones,
-# and lengths drawn log-uniformly between 512 and 65536 (a serving batch of chats and documents).
-MIXES = {
-    "1x65536+63x1024": lambda: [65536] + [1024] * 63,
-    "4x65536+60x256": lambda: [65536] * 4 + [256] * 60,
-    "logu16": lambda: _log_uniform(16, 512, 65536, seed=1),
-    "logu64": lambda: _log_uniform(64, 512, 65536, seed=1),
-}
 
 
 def grid_shapes(grid: dict) -> list[tuple]:

@@ -72,12 +72,13 @@ struct DeviceInfo {
 DeviceInfo g_devices[kMaxDevices];
 std::mutex g_devices_mutex;
 
+// Both plan orders of a main kernel (LONGEST_FIRST false and true) get the shared-memory attribute.
 template <class C, typename IdxT>
 int prepare_main_kernel(int* blocks_per_sm) {
-  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_main_kernel<C, IdxT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          C::SMEM_BYTES),
-                     "cudaFuncSetAttribute(max dynamic shared memory)");
-  CUTOVER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, verify_main_kernel<C, IdxT>,
+  for (auto kernel : {verify_main_kernel<C, IdxT, false>, verify_main_kernel<C, IdxT, true>})
+    CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES),
+                       "cudaFuncSetAttribute(max dynamic shared memory)");
+  CUTOVER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, verify_main_kernel<C, IdxT, false>,
                                                                    C::THREADS, C::SMEM_BYTES),
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return CUTOVER_OK;
@@ -85,9 +86,9 @@ int prepare_main_kernel(int* blocks_per_sm) {
 
 template <typename IdxT, int PARTS>
 int prepare_wgmma_kernel() {
-  CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(verify_wgmma_kernel<IdxT, PARTS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          WgmmaTiles::SMEM_BYTES),
-                     "cudaFuncSetAttribute(max dynamic shared memory, wgmma kernel)");
+  for (auto kernel : {verify_wgmma_kernel<IdxT, PARTS, false>, verify_wgmma_kernel<IdxT, PARTS, true>})
+    CUTOVER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTiles::SMEM_BYTES),
+                       "cudaFuncSetAttribute(max dynamic shared memory, wgmma kernel)");
   return CUTOVER_OK;
 }
 
@@ -252,6 +253,24 @@ int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), cons
   return CUTOVER_OK;
 }
 
+// The plan's configuration's main kernel, in the plan order LONGEST_FIRST.
+template <bool LONGEST_FIRST>
+int launch_configured_main(const Plan& p, const KernelArgs& k, int idx64, bool early_start, cudaStream_t stream) {
+  // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
+  // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
+  // 3-6 % slower; docs/perf.md, v30), which also gathers its keys evict-first (read once).
+  if (p.config == 3)
+    return p.row_tiles > 1 ? launch_main(verify_wgmma_kernel<int, 4, LONGEST_FIRST>,
+                                         verify_wgmma_kernel<long long, 4, LONGEST_FIRST>, p, k, idx64, early_start, stream)
+                           : launch_main(verify_wgmma_kernel<int, 1, LONGEST_FIRST>,
+                                         verify_wgmma_kernel<long long, 1, LONGEST_FIRST>, p, k, idx64, early_start, stream);
+  if (p.config == 1)
+    return launch_main(verify_main_kernel<LargeTiles, int, LONGEST_FIRST>,
+                       verify_main_kernel<LargeTiles, long long, LONGEST_FIRST>, p, k, idx64, early_start, stream);
+  return launch_main(verify_main_kernel<SmallTiles, int, LONGEST_FIRST>,
+                     verify_main_kernel<SmallTiles, long long, LONGEST_FIRST>, p, k, idx64, early_start, stream);
+}
+
 // The combine kernel in layout L (CombineLayout): one warp per (row, slice), at most 8 blocks per SM, as a
 // programmatic dependent of the main kernel.
 template <class L>
@@ -347,16 +366,11 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
 
   const int idx64 = a->kv_indices_dtype == CUTOVER_DTYPE_INT64;
   const bool early = a->early_start != 0;
-  // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
-  // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
-  // 3-6 % slower; docs/perf.md, v30), which also gathers its keys evict-first (read once).
-  if (p.config == 3)
-    rc = p.row_tiles > 1
-             ? launch_main(verify_wgmma_kernel<int, 4>, verify_wgmma_kernel<long long, 4>, p, k, idx64, early, stream)
-             : launch_main(verify_wgmma_kernel<int, 1>, verify_wgmma_kernel<long long, 1>, p, k, idx64, early, stream);
-  else if (p.config == 1)
-    rc = launch_main(verify_main_kernel<LargeTiles, int>, verify_main_kernel<LargeTiles, long long>, p, k, idx64, early, stream);
-  else rc = launch_main(verify_main_kernel<SmallTiles, int>, verify_main_kernel<SmallTiles, long long>, p, k, idx64, early, stream);
+  // Only a call of more than g_target / 2 requests can have more work items than a wave (the plan's waves, or a
+  // request per item beyond g_target): those calls take the instances that may order the items longest first
+  // (plan_work_item); the others run request-order instances, which hold none of that code.
+  rc = 2LL * a->batch > p.g_target ? launch_configured_main<true>(p, k, idx64, early, stream)
+                                   : launch_configured_main<false>(p, k, idx64, early, stream);
   if (rc != CUTOVER_OK) return rc;
   // The plan fits all splits in one wave of g_target CTAs, so equal requests get at most g_target / batch each.
   const long long rows = (long long)a->batch * p.rcap;

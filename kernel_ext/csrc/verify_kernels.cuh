@@ -209,10 +209,20 @@ __device__ __forceinline__ int2 warp_exclusive_scan2(int2 v, int2* total) {
 // Prefix keys of request b. The plan's per-request arithmetic is 32-bit (a 64-bit division is a long software
 // routine), as a work item's key range always was: prefixes below 2^31 keys, far beyond any KV pool.
 constexpr int kMaxChunk = 1 << 30;  // the largest split
-__device__ __forceinline__ int prefix_len(const KernelArgs& a, int b) {
-  const int64_t p = load_index(a.kv_indptr, b + 1, a.kv64) - load_index(a.kv_indptr, b, a.kv64);
+// Prefix keys of request b of a call whose kv_indptr is `kv_indptr` (int64 where kv64).
+__device__ __forceinline__ int prefix_keys(const void* kv_indptr, int kv64, int b) {
+  const int64_t p = load_index(kv_indptr, b + 1, kv64) - load_index(kv_indptr, b, kv64);
   return p < 0 ? 0 : (int)p;
 }
+
+__device__ __forceinline__ int prefix_len(const KernelArgs& a, int b) { return prefix_keys(a.kv_indptr, a.kv64, b); }
+
+// The prefix lengths of a call, by value: an out-of-line function taking them copies none of the kernel arguments.
+struct PrefixLengths {
+  const void* kv_indptr;
+  int kv64, B;
+  __device__ __forceinline__ int operator()(int b) const { return prefix_keys(kv_indptr, kv64, b); }
+};
 
 __device__ __forceinline__ unsigned round_up(unsigned x, unsigned m) { return (x + m - 1) / m * m; }
 
@@ -264,19 +274,119 @@ struct WorkItem {
   RequestIndices idx;
 };
 
+// Where a call has more work items than G_target (the plan's waves, or more requests than a wave holds items),
+// the SMs take the items in order as they free up, and longest first ends soonest: full splits (chunk keys) first,
+// in request order, then the requests' last splits by length in kOrderBuckets buckets of chunk / kOrderBuckets
+// keys, the longest bucket first, request order within a bucket (results/ab_v69_h200/plan_model.py: within 2 % of
+// exact longest first on the benchmark's mixed grid; over request order it gains ~5 % on batches whose lengths
+// spread over 1.25x, ~15 % over 2x: results/ab_v70_h200/). Only a call of more than G_target / 2 requests can
+// have more items than G_target (docs/kernel.md, "Algorithm", item 1); the host launches the kernels' LONGEST_FIRST
+// instances for those calls only, so no other call runs a line of this code (inline in every call, it cost them
+// ~1 %: v69).
+constexpr int kOrderBuckets = 32;  // one per lane
+
+// Shared memory of the plan: the CTA's work item, and (longest first) the next free place of each bucket.
+struct PlanSlot {
+  WorkItem item;
+  unsigned bucket_next[kOrderBuckets];
+};
+
+// The order bucket of the last split of a request with `work` keys of work in `splits` splits of `chunk`.
+__device__ __forceinline__ unsigned last_split_bucket(unsigned work, unsigned splits, unsigned chunk) {
+  const unsigned last = work - (splits - 1) * chunk, width = (chunk + kOrderBuckets - 1) / kOrderBuckets;
+  return kOrderBuckets - 1 - (last - 1) / width;  // 0: the longest
+}
+
+// Where work item c lies in longest-first order: request b, split k of n over P prefix keys, first partial slot.
+struct OrderedPlace {
+  int b, k, n, P, slot0;
+};
+
+// Work item c in longest-first order (warp 0; every lane calls it; b >= 0 on the lane that found it). Out of
+// line, so the kernels' main loop keeps its schedule (inline it moved: v69).
+__device__ __noinline__ OrderedPlace place_longest_first(const PrefixLengths len, int c, unsigned chunk,
+                                                        PlanSlot* plan) {
+  const int lane = threadIdx.x;
+  // Each bucket's first place: after every full split and every longer bucket's last splits.
+  plan->bucket_next[lane] = 0;
+  __syncwarp();
+  unsigned full = 0;
+#pragma unroll 1
+  for (int b = lane; b < len.B; b += 32) {
+    const unsigned W = len(b) + kTailKeys, n = splits_of(W, chunk);
+    full += n - 1;
+    atomicAdd(&plan->bucket_next[last_split_bucket(W, n, chunk)], 1u);
+  }
+  full = warp_sum(full);
+  __syncwarp();
+  int2 total;
+  const int2 longer = warp_exclusive_scan2(make_int2((int)plan->bucket_next[lane], 0), &total);
+  plan->bucket_next[lane] = full + longer.x;
+  __syncwarp();
+  int run_full = 0, run_slot = 0;
+  OrderedPlace place{-1, 0, 0, 0, 0};
+#pragma unroll 1
+  for (int base = 0; base < len.B; base += 32) {
+    const int b = base + lane;
+    int P = 0, n = 0;
+    if (b < len.B) {
+      P = len(b);
+      n = (int)splits_of(P + kTailKeys, chunk);
+    }
+    int2 tot;
+    const int2 off = warp_exclusive_scan2(make_int2(n > 0 ? n - 1 : 0, n > 1 ? n : 0), &tot);
+    const unsigned bucket = b < len.B ? last_split_bucket(P + kTailKeys, n, chunk) : kOrderBuckets;
+    const unsigned same = __match_any_sync(kFullWarp, bucket), lower = (1u << lane) - 1u;
+    const int first = run_full + off.x, last = b < len.B ? (int)(plan->bucket_next[bucket] + __popc(same & lower)) : -1;
+    __syncwarp();
+    if (b < len.B && (same & lower) == 0) plan->bucket_next[bucket] += __popc(same);
+    if (b < len.B && ((c >= first && c < first + n - 1) || c == last))
+      place = OrderedPlace{b, c == last ? n - 1 : c - first, n, P, run_slot + off.y};
+    __syncwarp();
+    run_full += tot.x;
+    run_slot += tot.y;
+  }
+  return place;
+}
+
+// Work item c in longest-first order into plan->item (warp 0; every lane calls it; true on the lane that found
+// it). The partial slots stay the request-order ones, so no result changes by a bit.
+__device__ __forceinline__ bool plan_longest_first(const KernelArgs& a, int c, unsigned chunk, unsigned cnt,
+                                                   PlanSlot* plan) {
+  const OrderedPlace o = place_longest_first(PrefixLengths{a.kv_indptr, a.kv64, a.B}, c, chunk, plan);
+  if (o.b < 0) return false;
+  // As in request order (plan_work_item), whose text stays v67's: there a helper for both moved the registers of
+  // the request-order instances, and every call cost 0.2-0.4 % (results/ab_v70_h200/).
+  const long long kb = (long long)o.k * chunk, ke = kb + chunk < o.P ? kb + chunk : o.P;
+  plan->item = WorkItem{o.b, (int)(kb < o.P ? kb : o.P), (int)ke, o.n > 1 ? o.slot0 + o.k : -1, o.n, (int)cnt,
+                        o.k == o.n - 1, request_indices(a, o.b)};
+  return true;
+}
+
 // The plan, computed by every main-kernel CTA for itself (no separate launch): work item `c` of the call. Warp 0
 // computes it; it reads the index tensors only and writes nothing to global memory, so it may run before the
-// grid wait. Every thread of the CTA must call it; every thread gets the item (through `shared_item`, a slot of
-// shared memory).
-__device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_item) {
+// grid wait. Every thread of the CTA must call it; every thread gets the item (through `plan`, in shared memory).
+// LONGEST_FIRST (calls of batch > G_target / 2 only): where the call has more items than G_target, they go in
+// longest-first order, unless every request's work is within 1/8 of the others' (there the order gains less than
+// it costs, ~2 us per wave: results/ab_v70_h200/).
+template <bool LONGEST_FIRST>
+__device__ WorkItem plan_work_item(const KernelArgs& a, int c, PlanSlot* plan) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     // Lane l's first request's indices, loaded with the first pass's prefix lengths (one round trip).
     RequestIndices first_idx{};
     if (lane < a.B) first_idx = request_indices(a, lane);
     long long total = 0;
+    unsigned least = ~0u, most = 0;  // the requests' work (LONGEST_FIRST only)
 #pragma unroll 1
-    for (int b = lane; b < a.B; b += 32) total += work_keys(a, b);
+    for (int b = lane; b < a.B; b += 32) {
+      const unsigned W = work_keys(a, b);
+      total += W;
+      if constexpr (LONGEST_FIRST) {
+        least = W < least ? W : least;
+        most = W > most ? W : most;
+      }
+    }
     total = warp_sum(total);
     // Chunk: total / G_target keys (the first chunk), grown until all splits fit in one wave of G_target CTAs
     // (or every request has a single split), then shrunk to the largest per-request share so the splits of a
@@ -310,38 +420,44 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
       chunk = wave_chunk;
     }
 
-    // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
-    // slots [slot0, slot0 + n).
-    int run_split = 0, run_slot = 0;
     bool found = false;
+    if (LONGEST_FIRST && cnt > (unsigned)a.G_target &&
+        (unsigned long long)__reduce_max_sync(kFullWarp, most) * 8 >
+            (unsigned long long)__reduce_min_sync(kFullWarp, least) * 9) {
+      found = plan_longest_first(a, c, chunk, cnt, plan);
+    } else {
+      // Splits of the requests in order: request b owns work items [first, first + n) and, when n > 1, partial
+      // slots [slot0, slot0 + n).
+      int run_split = 0, run_slot = 0;
 #pragma unroll 1
-    for (int base = 0; base < a.B && run_split <= c; base += 32) {
-      const int b = base + lane;
-      int P = 0, n = 0;
-      if (b < a.B) {
-        P = prefix_len(a, b);
-        n = (int)splits_of(P + kTailKeys, chunk);
-      }
-      int2 tot;
-      const int2 off = warp_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot);
-      if (b < a.B) {
-        const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
-        if (c >= first && c < first + n) {
-          // Only the last split can start past the prefix (then it holds the draft tail alone).
-          const int k = c - first;
-          const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
-          *shared_item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, n, (int)cnt, k == n - 1,
-                                  base == 0 ? first_idx : request_indices(a, b)};
-          found = true;
+      for (int base = 0; base < a.B && run_split <= c; base += 32) {
+        const int b = base + lane;
+        int P = 0, n = 0;
+        if (b < a.B) {
+          P = prefix_len(a, b);
+          n = (int)splits_of(P + kTailKeys, chunk);
         }
+        int2 tot;
+        const int2 off = warp_exclusive_scan2(make_int2(n, n > 1 ? n : 0), &tot);
+        if (b < a.B) {
+          const int first = run_split + off.x, slot0 = n > 1 ? run_slot + off.y : -1;
+          if (c >= first && c < first + n) {
+            // Only the last split can start past the prefix (then it holds the draft tail alone).
+            const int k = c - first;
+            const long long kb = (long long)k * chunk, ke = kb + chunk < P ? kb + chunk : P;
+            plan->item = WorkItem{b, (int)(kb < P ? kb : P), (int)ke, n > 1 ? slot0 + k : -1, n, (int)cnt,
+                                  k == n - 1, base == 0 ? first_idx : request_indices(a, b)};
+            found = true;
+          }
+        }
+        run_split += tot.x;
+        run_slot += tot.y;
       }
-      run_split += tot.x;
-      run_slot += tot.y;
     }
-    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) *shared_item = WorkItem{-1, 0, 0, -1, 0, 0, false, {}};
+    if (__ballot_sync(kFullWarp, found) == 0 && lane == 0) plan->item = WorkItem{-1, 0, 0, -1, 0, 0, false, {}};
   }
   __syncthreads();
-  const WorkItem item = *shared_item;
+  const WorkItem item = plan->item;
   __syncthreads();  // the slot may be reused at once
   return item;
 }
@@ -352,7 +468,7 @@ __device__ WorkItem plan_work_item(const KernelArgs& a, int c, WorkItem* shared_
 // programmatic dependent of the kernel before it (grid_dependency_wait after its plan); the combine always is the
 // main kernel's (grid_dependency_wait at the combine's start).
 // ---------------------------------------------------------------------------------------------------------
-template <class C, typename IdxT>
+template <class C, typename IdxT, bool LONGEST_FIRST>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a);
 
 // What a main-kernel CTA works on: its work item (blockIdx.y) and row tile (blockIdx.x) resolved against the
@@ -389,11 +505,12 @@ __device__ __forceinline__ bool draft_key_visible(const KernelArgs& a, const Spl
   return draft_key_in_sweep(a, w, ti, j) && (a.mask == nullptr || a.mask[draft_mask_index(w, ti, j)] != 0);
 }
 
-__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, WorkItem* shared_item, SplitWork& w) {
+template <bool LONGEST_FIRST>
+__device__ __forceinline__ bool decode_work(const KernelArgs& a, int m_tile, PlanSlot* plan, SplitWork& w) {
   // The tensor scales are read before the plan, so their loads overlap it.
   w.k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr : a.k_scale;
   w.v_scale = a.v_scale_ptr != nullptr ? *a.v_scale_ptr : a.v_scale;
-  const WorkItem wk = plan_work_item(a, blockIdx.y, shared_item);
+  const WorkItem wk = plan_work_item<LONGEST_FIRST>(a, blockIdx.y, plan);
   if (wk.request < 0) return false;
   w.request = wk.request;
   w.splits = wk.splits;
@@ -431,17 +548,17 @@ __device__ __forceinline__ bool begin_output(const KernelArgs& a, const SplitWor
 // so their body is not compiled for them (it would not fit the register budget either).
 constexpr int kSm120SmemPerBlock = 101376;
 
-template <class C, typename IdxT>
+template <class C, typename IdxT, bool LONGEST_FIRST>
 __global__ void __launch_bounds__(C::THREADS, 1) verify_main_kernel(const KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   if constexpr (C::SMEM_BYTES > kSm120SmemPerBlock) return;
-  else verify_main_body<C, IdxT>(a);
+  else verify_main_body<C, IdxT, LONGEST_FIRST>(a);
 #else
-  verify_main_body<C, IdxT>(a);
+  verify_main_body<C, IdxT, LONGEST_FIRST>(a);
 #endif
 }
 
-template <class C, typename IdxT>
+template <class C, typename IdxT, bool LONGEST_FIRST>
 __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   grid_dependency_release();  // the combine may launch now; it waits for this grid before reading partials
   extern __shared__ __align__(128) unsigned char smem[];
@@ -456,8 +573,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   int64_t* sIdx = reinterpret_cast<int64_t*>(smem + C::OFF_IDX);
 
   SplitWork w;
-  static_assert(sizeof(WorkItem) <= C::M_TILE * C::P_LD * 2, "the plan's work item lives in the P buffer");
-  if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
+  static_assert(sizeof(PlanSlot) <= C::M_TILE * C::P_LD * 2, "the plan's shared memory lives in the P buffer");
+  if (!decode_work<LONGEST_FIRST>(a, C::M_TILE, reinterpret_cast<PlanSlot*>(smem + C::OFF_P), w)) return;
   if (!begin_output(a, w)) return;
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;

@@ -120,17 +120,17 @@ __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const S
 
 // PARTS: the parts of each tile's 64 keys whose P V is issued as soon as their weights are written (1 or 4; the
 // launch picks by the number of row tiles, verify_api.cu: 1 where one row tile reads each key, once).
-template <typename IdxT, int PARTS>
+template <typename IdxT, int PARTS, bool LONGEST_FIRST>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a);
 
-template <typename IdxT, int PARTS>
+template <typename IdxT, int PARTS, bool LONGEST_FIRST>
 __global__ void __launch_bounds__(WgmmaTiles::THREADS, 1) verify_wgmma_kernel(const KernelArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verify_wgmma_body<IdxT, PARTS>(a);
+  verify_wgmma_body<IdxT, PARTS, LONGEST_FIRST>(a);
 #endif
 }
 
-template <typename IdxT, int PARTS>
+template <typename IdxT, int PARTS, bool LONGEST_FIRST>
 __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   static_assert(PARTS == 1 || PARTS == 2 || PARTS == 4, "a part is a whole number of 16-key P V k-steps");
   using C = WgmmaTiles;
@@ -145,8 +145,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   int* sIdx = reinterpret_cast<int*>(smem + C::OFF_IDX);  // row ids < 2^31 (a pool row is 1152 bytes)
 
   SplitWork w;
-  static_assert(sizeof(WorkItem) <= C::BLOCK_BYTES, "the plan's work item lives in the P buffer");
-  if (!decode_work(a, C::M_TILE, reinterpret_cast<WorkItem*>(smem + C::OFF_P), w)) return;
+  static_assert(sizeof(PlanSlot) <= C::BLOCK_BYTES, "the plan's shared memory lives in the P buffer");
+  if (!decode_work<LONGEST_FIRST>(a, C::M_TILE, reinterpret_cast<PlanSlot*>(smem + C::OFF_P), w)) return;
   phase_mark(kPhaseMain, 1);
   const int ext = w.ext, rows_b = w.rows_b, row0 = w.row0, H = a.H;
   const int key_begin = w.key_begin, key_end = w.key_end, slot = w.slot;
