@@ -138,9 +138,10 @@ def register_refusal(problem: str, registry=None, target: str = MODEL_RUNNER_INI
 
 
 def around_attention_backends(original, model_runner, *args, **kwargs):
-    """AROUND the ModelRunner method that builds its attention backends: a target runner for which no hooked
-    (Triton) backend was built makes this process refuse custom, naming the backend it built instead."""
-    return run_then_refuse(original, model_runner, args, kwargs, backend_refusal)
+    """AROUND the ModelRunner method that builds its attention backends: a process whose parallel layout cutover
+    does not serve, or a target runner for which no hooked (Triton) backend was built, makes this process refuse
+    custom, saying why."""
+    return run_then_refuse(original, model_runner, args, kwargs, serving_refusal)
 
 
 def run_then_refuse(original, model_runner, args, kwargs, reason_for):
@@ -151,6 +152,24 @@ def run_then_refuse(original, model_runner, args, kwargs, reason_for):
     if reason:
         refuse_process(model_runner, reason)
     return result
+
+
+def serving_refusal(model_runner) -> str:
+    """Why this rank cannot serve custom: its process's parallel layout, else its attention backend."""
+    return layout_refusal() or backend_refusal(model_runner)
+
+
+def layout_refusal() -> str:
+    """Why this process's parallel layout is one cutover does not serve, or "". A host's ranks are one TP group,
+    keyed by TP rank (runtime/rank-<tp_rank>.json): pipeline stages would repeat TP ranks 0..tp_size-1 on one
+    host, two processes writing each heartbeat and stats file. Read from SGLang's runtime context (0.5.23+); where
+    there is none, or pp_size is not published, nothing is refused."""
+    stages = _sglang_context_int("pp_size")
+    if stages is None or stages <= 1:
+        return ""
+    return (f"SGLang runs {stages} pipeline stages here (--pp-size {stages}): their processes repeat TP ranks, and "
+            f"cutover keys a host's ranks by TP rank (one TP group per host); serve with --pp-size 1 to use the "
+            f"custom kernel; serving runs Triton only")
 
 
 def backend_refusal(model_runner) -> str:
@@ -273,7 +292,7 @@ def _rank_of(model_runner) -> int:
     there), else $CUTOVER_RANK, else the torch.distributed rank."""
     value = getattr(model_runner, "tp_rank", None)
     if not isinstance(value, int):
-        value = _sglang_context_tp_rank()
+        value = _sglang_context_int("tp_rank")
     if isinstance(value, int):
         return value
     if os.environ.get(RANK_ENV, "").isdigit():
@@ -283,16 +302,16 @@ def _rank_of(model_runner) -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _sglang_context_tp_rank() -> int | None:
-    """tp_rank from SGLang's runtime context (`get_parallel()`, 0.5.23), or None where that SGLang has none or
-    this process has not written it."""
+def _sglang_context_int(name: str) -> int | None:
+    """An integer of SGLang's parallel runtime context (`get_parallel()`, 0.5.23: tp_rank, pp_size, ...), or None
+    where that SGLang has none or this process has not written it."""
     try:
         from sglang.srt.runtime_context import get_parallel
 
-        value = get_parallel().tp_rank
+        value = getattr(get_parallel(), name)
     except (ImportError, AttributeError, RuntimeError, ValueError):
         return None
-    return value if isinstance(value, int) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _device_of(model_runner):

@@ -136,6 +136,26 @@ def test_a_hooked_draft_backend_does_not_make_a_target_on_another_backend_look_s
     assert "SGLang's attention backend here is FlashInferMLAAttnBackend, not triton" in beat.reason
 
 
+@pytest.mark.parametrize("stages, refused", [(1, False), (2, True)], ids=["one-stage", "two-stages"])
+def test_a_rank_of_a_pipeline_stage_refuses_custom_saying_why(hooked, paths, write_control, stages, refused):
+    """Pipeline stages repeat TP ranks on one host (two processes per heartbeat file): the process refuses custom
+    on the hooked backend too, naming --pp-size. SGLang's runtime context says pp_size (set here as its own tests
+    do, with ``override``)."""
+    context = pytest.importorskip("sglang.srt.runtime_context",
+                                  reason="this SGLang has no runtime context (before 0.5.23)")
+    write_control("triton", 1)
+    runner = StandInRunner(5, TRITON)
+    with context.get_parallel().override(pp_size=stages):
+        build(runner)
+
+    assert runner.attn_backend.extend_attention_fwd is not stock_kernel  # hooked: the refusal is the layout's
+    write_control("shadow", 2)
+    beat = wait_for_heartbeat(paths, 5, lambda b: b.generation_seen >= 2)
+    assert beat.acknowledges(2, "shadow") is not refused
+    assert ("SGLang runs 2 pipeline stages here (--pp-size 2)" in beat.reason) is refused
+    assert (beat.mode_active == "triton") is refused
+
+
 def test_the_backend_check_never_stops_sglang_from_starting(hooked, monkeypatch, caplog):
     def broken(model_runner, unavailable=""):
         raise RuntimeError("disk full")
