@@ -148,7 +148,10 @@ def run_then_refuse(original, model_runner, args, kwargs, reason_for):
     """The body of the plugin's ModelRunner hooks: run the original, then, where ``reason_for(model_runner)``
     gives a reason, make this rank process refuse custom with it (``refuse_process``: never raises)."""
     result = original(model_runner, *args, **kwargs)
-    reason = reason_for(model_runner)
+    try:
+        reason = reason_for(model_runner)
+    except Exception as exc:  # noqa: BLE001 - judging a rank must never stop SGLang from starting
+        reason = refusal_reason(f"judging this rank failed ({type(exc).__name__}: {exc})")
     if reason:
         refuse_process(model_runner, reason)
     return result
@@ -156,15 +159,17 @@ def run_then_refuse(original, model_runner, args, kwargs, reason_for):
 
 def serving_refusal(model_runner) -> str:
     """Why this rank cannot serve custom: its process's parallel layout, else its attention backend."""
-    return layout_refusal() or backend_refusal(model_runner)
+    return layout_refusal(model_runner) or backend_refusal(model_runner)
 
 
-def layout_refusal() -> str:
+def layout_refusal(model_runner) -> str:
     """Why this process's parallel layout is one cutover does not serve, or "". A host's ranks are one TP group,
     keyed by TP rank (runtime/rank-<tp_rank>.json): pipeline stages would repeat TP ranks 0..tp_size-1 on one
-    host, two processes writing each heartbeat and stats file. Read from SGLang's runtime context (0.5.23+); where
-    there is none, or pp_size is not published, nothing is refused."""
-    stages = _sglang_context_int("pp_size")
+    host, two processes writing each heartbeat and stats file. pp_size is the ModelRunner's where it has one (SGLang
+    before 0.5.23), else SGLang's runtime context's; where neither says, nothing is refused."""
+    stages = getattr(model_runner, "pp_size", None)
+    if not isinstance(stages, int) or isinstance(stages, bool):
+        stages = _sglang_context_int("pp_size")
     if stages is None or stages <= 1:
         return ""
     return (f"SGLang runs {stages} pipeline stages here (--pp-size {stages}): their processes repeat TP ranks, and "

@@ -156,6 +156,19 @@ def test_a_rank_of_a_pipeline_stage_refuses_custom_saying_why(hooked, paths, wri
     assert (beat.mode_active == "triton") is refused
 
 
+def test_a_model_runner_that_keeps_its_pp_size_is_judged_by_it(hooked, paths, write_control):
+    """SGLang before 0.5.23 keeps pp_size on the ModelRunner (no runtime context): read there first."""
+    write_control("triton", 1)
+    runner = StandInRunner(6, TRITON)
+    runner.pp_size = 4
+    build(runner)
+
+    write_control("shadow", 2)
+    beat = wait_for_heartbeat(paths, 6, lambda b: b.generation_seen >= 2)
+    assert beat.mode_active == "triton" and not beat.acknowledges(2, "shadow")
+    assert "SGLang runs 4 pipeline stages here (--pp-size 4)" in beat.reason
+
+
 def test_the_backend_check_never_stops_sglang_from_starting(hooked, monkeypatch, caplog):
     def broken(model_runner, unavailable=""):
         raise RuntimeError("disk full")
@@ -166,6 +179,18 @@ def test_the_backend_check_never_stops_sglang_from_starting(hooked, monkeypatch,
 
     assert isinstance(runner.attn_backend, OTHER)
     assert "rank left on Triton without a heartbeat" in caplog.text and "FlashInferMLAAttnBackend" in caplog.text
+
+
+def test_a_rank_whose_judgment_fails_starts_and_refuses_custom_saying_why(monkeypatch):
+    refused = []
+    monkeypatch.setattr(hooks, "refuse_process", lambda runner, reason: refused.append((runner, reason)))
+
+    def judge(runner):
+        raise KeyError("pp_size")
+
+    runner = object()
+    assert hooks.run_then_refuse(lambda r: "built", runner, (), {}, judge) == "built"
+    assert refused == [(runner, hooks.refusal_reason("judging this rank failed (KeyError: 'pp_size')"))]
 
 
 def test_load_plugin_hooks_the_backend_builder_of_the_installed_model_runner(clean_registry):
