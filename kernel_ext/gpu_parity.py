@@ -35,7 +35,16 @@ MASKS = ("tree", "chain", "causal")
 # Batches of more requests than a wave holds work items (16 x 16 rows: 33 on 132 SMs; 8 x 16 rows: 66): one long
 # request among short ones (the plan's waves of splits), and lengths spread over 0-9000 keys (one split each).
 LONG_AMONG_SHORT = [6000] + [200] * 39
-SPREAD_LENGTHS = [(i * 7919) % 9000 for i in range(80)]
+
+
+def spread_lengths(batch: int) -> list[int]:
+    """Prefix lengths of `batch` requests spread over 0-9000 keys."""
+    return [(i * 7919) % 9000 for i in range(batch)]
+
+
+SPREAD_LENGTHS = spread_lengths(80)
+# over 128 requests: the longest-first order keeps the first 128 requests' keys in registers, computes the rest
+SPREAD_LENGTHS_LONG = spread_lengths(160)
 
 
 def load_sglang_triton():
@@ -109,6 +118,8 @@ def grid_cases(subset: str):
         # more requests than a wave holds work items, lengths spread: one split each, in waves
         (dict(H=8, T=16, batch=80, prefix="spread", mask="tree", index="int32"),
          lambda: make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=1013)),
+        (dict(H=8, T=16, batch=160, prefix="spread", mask="tree", index="int64"),
+         lambda: make_case(8, 16, len(SPREAD_LENGTHS_LONG), SPREAD_LENGTHS_LONG, "tree", seed=1014)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),

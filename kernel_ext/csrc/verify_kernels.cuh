@@ -302,20 +302,84 @@ struct OrderedPlace {
   int b, k, n, P, slot0;
 };
 
+// What the order needs of request b (one lane's): its prefix keys, splits at `chunk`, and its last split's
+// bucket (kOrderBuckets where b is past the call's requests, which then has no split).
+struct OrderKey {
+  int P, n;
+  unsigned bucket;
+};
+
+__device__ __forceinline__ OrderKey order_key(const PrefixLengths& len, int b, unsigned chunk) {
+  if (b >= len.B) return OrderKey{0, 0, kOrderBuckets};
+  const int P = len(b);
+  const unsigned W = P + kTailKeys, n = splits_of(W, chunk);
+  return OrderKey{P, (int)n, last_split_bucket(W, n, chunk)};
+}
+
+// The first pass's share of one round of 32 requests: their full splits, and each last split counted in its
+// bucket.
+__device__ __forceinline__ void count_round(const OrderKey& key, unsigned& full, PlanSlot* plan) {
+  if (key.n > 0) {
+    full += key.n - 1;
+    atomicAdd(&plan->bucket_next[key.bucket], 1u);
+  }
+}
+
+// The second pass over one round of 32 requests (base, base + 32): each request's full splits take the next
+// places in request order, its last split the next place of its bucket; `place` gets item c where it is here.
+__device__ __forceinline__ void place_round(const OrderKey& key, int base, int c, int& run_full, int& run_slot,
+                                            OrderedPlace& place, PlanSlot* plan) {
+  const int lane = threadIdx.x, b = base + lane, n = key.n;
+  int2 tot;
+  const int2 off = warp_exclusive_scan2(make_int2(n > 0 ? n - 1 : 0, n > 1 ? n : 0), &tot);
+  const unsigned same = __match_any_sync(kFullWarp, key.bucket), lower = (1u << lane) - 1u;
+  const int first = run_full + off.x, last = n > 0 ? (int)(plan->bucket_next[key.bucket] + __popc(same & lower)) : -1;
+  __syncwarp();
+  if (n > 0 && (same & lower) == 0) plan->bucket_next[key.bucket] += __popc(same);
+  if (n > 0 && ((c >= first && c < first + n - 1) || c == last))
+    place = OrderedPlace{b, c == last ? n - 1 : c - first, n, key.P, run_slot + off.y};
+  __syncwarp();
+  run_full += tot.x;
+  run_slot += tot.y;
+}
+
+// Requests whose order keys a lane keeps in registers between the two passes: 32 per round, the first
+// kKeptRounds rounds (a call of up to 128 requests reads its prefix lengths and divides once; v71).
+constexpr int kKeptRounds = 4;
+
+// keep_key sets kept[r] = key (nothing where r >= kKeptRounds), kept_key reads kept[r] (r < kKeptRounds): both
+// without indexing the array by a variable, which would put it in local memory.
+__device__ __forceinline__ void keep_key(OrderKey (&kept)[kKeptRounds], int r, const OrderKey& key) {
+#pragma unroll
+  for (int i = 0; i < kKeptRounds; ++i)
+    if (r == i) kept[i] = key;
+}
+
+__device__ __forceinline__ OrderKey kept_key(const OrderKey (&kept)[kKeptRounds], int r) {
+  OrderKey key = kept[0];
+#pragma unroll
+  for (int i = 1; i < kKeptRounds; ++i)
+    if (r == i) key = kept[i];
+  return key;
+}
+
 // Work item c in longest-first order (warp 0; every lane calls it; b >= 0 on the lane that found it). Out of
-// line, so the kernels' main loop keeps its schedule (inline it moved: v69).
+// line, so the kernels' main loop keeps its schedule (inline it moved: v69). The second pass reads the
+// first kKeptRounds rounds' keys from the first pass's registers; later rounds (calls of over 128 requests) are
+// computed in each pass.
 __device__ __noinline__ OrderedPlace place_longest_first(const PrefixLengths len, int c, unsigned chunk,
                                                         PlanSlot* plan) {
   const int lane = threadIdx.x;
   // Each bucket's first place: after every full split and every longer bucket's last splits.
   plan->bucket_next[lane] = 0;
   __syncwarp();
+  OrderKey kept[kKeptRounds];
   unsigned full = 0;
 #pragma unroll 1
-  for (int b = lane; b < len.B; b += 32) {
-    const unsigned W = len(b) + kTailKeys, n = splits_of(W, chunk);
-    full += n - 1;
-    atomicAdd(&plan->bucket_next[last_split_bucket(W, n, chunk)], 1u);
+  for (int base = 0; base < len.B; base += 32) {
+    const OrderKey key = order_key(len, base + lane, chunk);
+    count_round(key, full, plan);
+    keep_key(kept, base / 32, key);
   }
   full = warp_sum(full);
   __syncwarp();
@@ -327,24 +391,9 @@ __device__ __noinline__ OrderedPlace place_longest_first(const PrefixLengths len
   OrderedPlace place{-1, 0, 0, 0, 0};
 #pragma unroll 1
   for (int base = 0; base < len.B; base += 32) {
-    const int b = base + lane;
-    int P = 0, n = 0;
-    if (b < len.B) {
-      P = len(b);
-      n = (int)splits_of(P + kTailKeys, chunk);
-    }
-    int2 tot;
-    const int2 off = warp_exclusive_scan2(make_int2(n > 0 ? n - 1 : 0, n > 1 ? n : 0), &tot);
-    const unsigned bucket = b < len.B ? last_split_bucket(P + kTailKeys, n, chunk) : kOrderBuckets;
-    const unsigned same = __match_any_sync(kFullWarp, bucket), lower = (1u << lane) - 1u;
-    const int first = run_full + off.x, last = b < len.B ? (int)(plan->bucket_next[bucket] + __popc(same & lower)) : -1;
-    __syncwarp();
-    if (b < len.B && (same & lower) == 0) plan->bucket_next[bucket] += __popc(same);
-    if (b < len.B && ((c >= first && c < first + n - 1) || c == last))
-      place = OrderedPlace{b, c == last ? n - 1 : c - first, n, P, run_slot + off.y};
-    __syncwarp();
-    run_full += tot.x;
-    run_slot += tot.y;
+    const int r = base / 32;
+    place_round(r < kKeptRounds ? kept_key(kept, r) : order_key(len, base + lane, chunk), base, c, run_full,
+                run_slot, place, plan);
   }
   return place;
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_ext.gpu_parity import LONG_AMONG_SHORT, SPREAD_LENGTHS
+from kernel_ext.gpu_parity import LONG_AMONG_SHORT, SPREAD_LENGTHS, SPREAD_LENGTHS_LONG
 from kernel_ext.testing import TILE_CONFIGS
 
 pytestmark = pytest.mark.gpu
@@ -78,12 +78,14 @@ def test_long_request_among_many_short_ones(parity, tile_config):
     assert row["passed"], row
 
 
-# SPREAD_LENGTHS: more requests than a wave holds work items (8 x 16 rows: 66 per wave on 132 SMs), lengths spread
-# over 0-9000 keys: one split per request, which the SMs take in waves.
+# More requests than a wave holds work items (8 x 16 rows: 66 per wave on 132 SMs), lengths spread over 0-9000
+# keys: one split per request, which the SMs take in waves, longest first; 160 requests take the order's path for
+# requests past the 128 it keeps in registers.
 @pytest.mark.sglang
-def test_more_requests_than_a_wave_of_spread_lengths(parity, tile_config):
+@pytest.mark.parametrize("lengths", [SPREAD_LENGTHS, SPREAD_LENGTHS_LONG], ids=["80-requests", "160-requests"])
+def test_more_requests_than_a_wave_of_spread_lengths(parity, tile_config, lengths):
     gpu_parity, triton_fwd, torch = parity
-    case = gpu_parity.make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=8)
+    case = gpu_parity.make_case(8, 16, len(lengths), lengths, "tree", torch.int32, seed=8)
     row = gpu_parity.run_case(case, triton_fwd, {})
     assert row["passed"], row
 
