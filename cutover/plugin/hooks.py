@@ -163,18 +163,29 @@ def serving_refusal(model_runner) -> str:
 
 
 def layout_refusal(model_runner) -> str:
-    """Why this process's parallel layout is one cutover does not serve, or "". A host's ranks are one TP group,
-    keyed by TP rank (runtime/rank-<tp_rank>.json): pipeline stages would repeat TP ranks 0..tp_size-1 on one
-    host, two processes writing each heartbeat and stats file. pp_size is the ModelRunner's where it has one (SGLang
-    before 0.5.23), else SGLang's runtime context's; where neither says, nothing is refused."""
-    stages = getattr(model_runner, "pp_size", None)
-    if not isinstance(stages, int) or isinstance(stages, bool):
-        stages = _sglang_context_int("pp_size")
-    if stages is None or stages <= 1:
-        return ""
-    return (f"SGLang runs {stages} pipeline stages here (--pp-size {stages}): their processes repeat TP ranks, and "
-            f"cutover keys a host's ranks by TP rank (one TP group per host); serve with --pp-size 1 to use the "
-            f"custom kernel; serving runs Triton only")
+    """Why this process's parallel layout is one cutover does not serve, or "". A host's ranks are one TP group on
+    that host, keyed by TP rank (runtime/rank-<tp_rank>.json): pipeline stages and data-parallel replicas would
+    repeat TP ranks 0..tp_size-1 on one host (two processes writing each heartbeat and stats file), and a TP group
+    over several nodes leaves a host only part of its ranks. Where SGLang does not say, nothing is refused."""
+    stages = _parallel_setting(model_runner, "pp_size")
+    if stages is not None and stages > 1:
+        return (f"SGLang runs {stages} pipeline stages here (--pp-size {stages}): their processes repeat TP ranks, "
+                f"and cutover keys a host's ranks by TP rank (one TP group per host); serve with --pp-size 1 to use "
+                f"the custom kernel; serving runs Triton only")
+    # a ModelRunner's own dp_size counts attention-DP groups (SGLang before 0.5.23), not replicas: not read
+    replicas = _parallel_setting(model_runner, "dp_size", on_runner=False)
+    if (replicas is not None and replicas > 1
+            and not _parallel_setting(model_runner, "enable_dp_attention", bool, on_runner=False)):
+        return (f"SGLang runs {replicas} data-parallel replicas here (--dp-size {replicas}): their processes repeat "
+                f"TP ranks, and cutover keys a host's ranks by TP rank (one TP group per host); run each replica as "
+                f"a server of its own (--dp-size 1) with its own cutover host entry to use the custom kernel; "
+                f"serving runs Triton only")
+    nodes = _parallel_setting(model_runner, "nnodes", on_runner=False)
+    if nodes is not None and nodes > 1:
+        return (f"SGLang's TP group spans {nodes} nodes here (--nnodes {nodes}): this host holds only part of its "
+                f"ranks, and cutover serves a TP group on one host; serve with --nnodes 1 to use the custom kernel; "
+                f"serving runs Triton only")
+    return ""
 
 
 def backend_refusal(model_runner) -> str:
@@ -292,31 +303,45 @@ def install_on_backend(backend, runtime) -> bool:
 
 
 def _rank_of(model_runner) -> int:
-    """The tensor-parallel rank (one TP group per host: heartbeats are runtime/rank-<tp_rank>.json): the
-    ModelRunner's `tp_rank` where it has one, else SGLang's runtime context's (0.5.23's ModelRunner keeps it only
-    there), else $CUTOVER_RANK, else the torch.distributed rank."""
-    value = getattr(model_runner, "tp_rank", None)
-    if not isinstance(value, int):
-        value = _sglang_context_int("tp_rank")
-    if isinstance(value, int):
-        return value
-    if os.environ.get(RANK_ENV, "").isdigit():
-        return int(os.environ[RANK_ENV])
-    import torch.distributed as dist
+    """The rank's heartbeat key on its host: its tensor-parallel rank (one TP group per host: heartbeats are
+    runtime/rank-<tp_rank>.json), else $CUTOVER_RANK, else the torch.distributed rank. In a TP group over several
+    nodes (refused: layout_refusal) its place among its node's ranks, so that every host's ranks 0..n-1 say why."""
+    rank = _parallel_setting(model_runner, "tp_rank")
+    if rank is None:
+        if os.environ.get(RANK_ENV, "").isdigit():
+            return int(os.environ[RANK_ENV])
+        import torch.distributed as dist
 
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    nodes = _parallel_setting(model_runner, "nnodes", on_runner=False)
+    size = _parallel_setting(model_runner, "tp_size")
+    if nodes is not None and nodes > 1 and size is not None and size % nodes == 0:
+        return rank % (size // nodes)
+    return rank
 
 
-def _sglang_context_int(name: str) -> int | None:
-    """An integer of SGLang's parallel runtime context (`get_parallel()`, 0.5.23: tp_rank, pp_size, ...), or None
-    where that SGLang has none or this process has not written it."""
+def _parallel_setting(model_runner, name: str, kind: type = int, *, on_runner: bool = True):
+    """A parallel setting of this SGLang process (tp_rank, pp_size, dp_size, ...) of type `kind`, or None where
+    nothing says: the ModelRunner's attribute (SGLang before 0.5.23 keeps some there; not read where `on_runner`
+    is False, for a name the runner uses otherwise), else SGLang's parallel runtime context's (`get_parallel()`,
+    0.5.20 and later), else its server arguments'."""
+    value = getattr(model_runner, name, None) if on_runner else None
+    if type(value) is not kind:
+        value = _sglang_context_value(name)
+    if type(value) is not kind:
+        value = getattr(getattr(model_runner, "server_args", None), name, None)
+    return value if type(value) is kind else None
+
+
+def _sglang_context_value(name: str):
+    """A value of SGLang's parallel runtime context, or None where that SGLang has none or this process has not
+    written it."""
     try:
         from sglang.srt.runtime_context import get_parallel
 
-        value = getattr(get_parallel(), name)
+        return getattr(get_parallel(), name)
     except (ImportError, AttributeError, RuntimeError, ValueError):
         return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _device_of(model_runner):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -136,24 +137,37 @@ def test_a_hooked_draft_backend_does_not_make_a_target_on_another_backend_look_s
     assert "SGLang's attention backend here is FlashInferMLAAttnBackend, not triton" in beat.reason
 
 
-@pytest.mark.parametrize("stages, refused", [(1, False), (2, True)], ids=["one-stage", "two-stages"])
-def test_a_rank_of_a_pipeline_stage_refuses_custom_saying_why(hooked, paths, write_control, stages, refused):
-    """Pipeline stages repeat TP ranks on one host (two processes per heartbeat file): the process refuses custom
-    on the hooked backend too, naming --pp-size. SGLang's runtime context says pp_size (set here as its own tests
-    do, with ``override``)."""
+LAYOUTS = {  # SGLang's runtime context's settings -> the refusal's words (None: served)
+    "one-tp-group": (dict(pp_size=1, dp_size=1, nnodes=1), None),
+    "two-stages": (dict(pp_size=2), "SGLang runs 2 pipeline stages here (--pp-size 2)"),
+    "two-replicas": (dict(dp_size=2), "SGLang runs 2 data-parallel replicas here (--dp-size 2)"),
+    # SGLang before 0.5.23 counted attention-DP groups with dp_size: one TP group, served
+    "dp-attention": (dict(dp_size=2, enable_dp_attention=True), None),
+    "two-nodes": (dict(nnodes=2), "SGLang's TP group spans 2 nodes here (--nnodes 2)"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_rank_of_a_layout_cutover_does_not_serve_refuses_custom_saying_why(hooked, paths, write_control, layout):
+    """Pipeline stages and data-parallel replicas repeat TP ranks on one host (two processes per heartbeat file), a
+    TP group over several nodes leaves a host part of its ranks: the process refuses custom on the hooked backend
+    too, naming the flag. SGLang's runtime context says the layout (set here as its own tests do, with
+    ``override``)."""
     context = pytest.importorskip("sglang.srt.runtime_context",
-                                  reason="this SGLang has no runtime context (before 0.5.23)")
+                                  reason="this SGLang has no runtime context (before 0.5.20)")
+    settings, refusal = LAYOUTS[layout]
     write_control("triton", 1)
     runner = StandInRunner(5, TRITON)
-    with context.get_parallel().override(pp_size=stages):
+    with context.get_parallel().override(**settings):
         build(runner)
 
-    assert runner.attn_backend.extend_attention_fwd is not stock_kernel  # hooked: the refusal is the layout's
+    assert runner.attn_backend.extend_attention_fwd is not stock_kernel  # hooked: a refusal is the layout's
     write_control("shadow", 2)
     beat = wait_for_heartbeat(paths, 5, lambda b: b.generation_seen >= 2)
-    assert beat.acknowledges(2, "shadow") is not refused
-    assert ("SGLang runs 2 pipeline stages here (--pp-size 2)" in beat.reason) is refused
-    assert (beat.mode_active == "triton") is refused
+    assert beat.acknowledges(2, "shadow") is (refusal is None)
+    assert (beat.mode_active == "triton") is (refusal is not None)
+    if refusal is not None:
+        assert refusal in beat.reason and "serving runs Triton only" in beat.reason
 
 
 def test_a_model_runner_that_keeps_its_pp_size_is_judged_by_it(hooked, paths, write_control):
@@ -167,6 +181,33 @@ def test_a_model_runner_that_keeps_its_pp_size_is_judged_by_it(hooked, paths, wr
     beat = wait_for_heartbeat(paths, 6, lambda b: b.generation_seen >= 2)
     assert beat.mode_active == "triton" and not beat.acknowledges(2, "shadow")
     assert "SGLang runs 4 pipeline stages here (--pp-size 4)" in beat.reason
+
+
+@pytest.mark.parametrize("attention_dp, refused", [(False, True), (True, False)], ids=["replicas", "dp-attention"])
+def test_without_a_runtime_context_the_server_arguments_say_the_layout(attention_dp, refused):
+    """SGLang before 0.5.20 has no runtime context: dp_size and enable_dp_attention are the server arguments' (there
+    dp_size with DP attention counts attention-DP groups of one TP group); the ModelRunner's own dp_size (attention
+    DP only) is never read."""
+    runner = StandInRunner(0, TRITON)
+    runner.dp_size = 4
+    runner.server_args = SimpleNamespace(dp_size=2, enable_dp_attention=attention_dp, nnodes=1)
+
+    reason = hooks.layout_refusal(runner)
+
+    assert ("SGLang runs 2 data-parallel replicas here (--dp-size 2)" in reason) is refused
+    assert bool(reason) is refused
+
+
+def test_a_rank_of_a_tp_group_over_nodes_heartbeats_under_its_place_on_its_node(monkeypatch):
+    """TP rank 11 of 16 over 2 nodes is the fourth rank of its node: its heartbeat is rank-3.json, where that host's
+    status looks (ranks 0..7), so the second node's ranks say why they refuse instead of looking down."""
+    context = pytest.importorskip("sglang.srt.runtime_context",
+                                  reason="this SGLang has no runtime context (before 0.5.20)")
+    runner = StandInRunner(11, TRITON)
+    with context.get_parallel().override(tp_size=16, nnodes=2):
+        assert hooks._rank_of(runner) == 3
+    with context.get_parallel().override(tp_size=16, nnodes=1):
+        assert hooks._rank_of(runner) == 11
 
 
 def test_the_backend_check_never_stops_sglang_from_starting(hooked, monkeypatch, caplog):
