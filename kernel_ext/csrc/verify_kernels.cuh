@@ -417,7 +417,7 @@ __device__ __forceinline__ bool plan_longest_first(const KernelArgs& a, int c, u
 // grid wait. Every thread of the CTA must call it; every thread gets the item (through `plan`, in shared memory).
 // LONGEST_FIRST (calls of batch > G_target / 2 only): where the call has more items than G_target, they go in
 // longest-first order, unless every request's work is within 1/8 of the others' (there the order gains less than
-// it costs, 2-4 us per call: results/ab_v70_h200/).
+// it costs: 2-4 us per call in v70, ~0.5-2 us less since v71: results/ab_v70_h200/, results/ab_v71_h200/).
 template <bool LONGEST_FIRST>
 __device__ WorkItem plan_work_item(const KernelArgs& a, int c, PlanSlot* plan) {
   if (threadIdx.x < 32) {
