@@ -47,6 +47,19 @@ SPREAD_LENGTHS = spread_lengths(80)
 SPREAD_LENGTHS_LONG = spread_lengths(160)
 
 
+def long_among(batch: int, long_at: tuple[int, ...], long_keys: int, short_keys: int) -> list[int]:
+    """Prefix lengths of `batch` requests: `long_keys` at the positions `long_at`, `short_keys` elsewhere."""
+    return [long_keys if b in long_at else short_keys for b in range(batch)]
+
+
+# Long requests among many short ones where the combine's layout merges few splits per request (8 x 8 rows on 132
+# SMs: two for 64 requests, six for 20): their many splits take the combine's long-request pass, which finds them
+# 1024 requests at a time (lanes hold requests 32 apart, hence positions 0, 37, 63 and 1050).
+LONG_AMONG_64 = long_among(64, (0, 37, 63), 60000, 200)
+LONG_AMONG_20 = long_among(20, (11,), 60000, 300)
+LONG_PAST_1024 = long_among(1100, (5, 1050), 30000, 10)
+
+
 def load_sglang_triton():
     """SGLang's extend_attention_fwd (0.5.16+ layout, then the older one), or None when not importable."""
     for name in ("sglang.kernels.ops.attention.extend_attention",
@@ -120,6 +133,13 @@ def grid_cases(subset: str):
          lambda: make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=1013)),
         (dict(H=8, T=16, batch=160, prefix="spread", mask="tree", index="int64"),
          lambda: make_case(8, 16, len(SPREAD_LENGTHS_LONG), SPREAD_LENGTHS_LONG, "tree", seed=1014)),
+        # long requests among many short ones: the combine's long-request pass
+        (dict(H=8, T=8, batch=64, prefix="3 long", mask="tree", index="int64"),
+         lambda: make_case(8, 8, len(LONG_AMONG_64), LONG_AMONG_64, "tree", seed=1015)),
+        (dict(H=8, T=8, batch=20, prefix="1 long", mask="chain", index="int32"),
+         lambda: make_case(8, 8, len(LONG_AMONG_20), LONG_AMONG_20, "chain", torch.int32, seed=1016)),
+        (dict(H=8, T=1, batch=1100, prefix="2 long", mask="causal", index="int64"),
+         lambda: make_case(8, 1, len(LONG_PAST_1024), LONG_PAST_1024, "causal", seed=1017)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
          lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
         (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),

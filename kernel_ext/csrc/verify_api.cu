@@ -272,14 +272,19 @@ int launch_configured_main(const Plan& p, const KernelArgs& k, int idx64, bool e
 }
 
 // The combine kernel in layout L (CombineLayout): one warp per (row, slice), at most 8 blocks per SM, as a
-// programmatic dependent of the main kernel.
-template <class L>
-int launch_combine(long long rows, int num_sms, const KernelArgs& k, cudaStream_t stream) {
+// programmatic dependent of the main kernel. With LONG_PASS, where a request can have more splits than
+// L::LONG_REQUEST (`max_splits`: the plan's partial slots), two more blocks per SM run the long-request pass.
+template <class L, bool LONG_PASS = false>
+int launch_combine(long long rows, int max_splits, int num_sms, const KernelArgs& k, cudaStream_t stream) {
   const long long warps = rows * L::SLICES;
   const long long wanted = (warps + kCombineThreads / 32 - 1) / (kCombineThreads / 32);
   const int blocks = (int)(wanted < 8LL * num_sms ? wanted : 8LL * num_sms);
-  CUTOVER_CUDA_CHECK(launch_dependent(verify_combine_kernel<L>, dim3(blocks), kCombineThreads, 0, stream, k),
-                     "launch of verify_combine_kernel");
+  const cudaError_t err =
+      LONG_PASS && max_splits > L::LONG_REQUEST
+          ? launch_dependent(verify_combine_kernel<L, LONG_PASS>, dim3(blocks + 2 * num_sms), kCombineThreads, 0,
+                             stream, k, 2 * num_sms)
+          : launch_dependent(verify_combine_kernel<L, false>, dim3(blocks), kCombineThreads, 0, stream, k, 0);
+  CUTOVER_CUDA_CHECK(err, "launch of verify_combine_kernel");
   return CUTOVER_OK;
 }
 
@@ -303,7 +308,7 @@ int cutover_check_device(int device) {
   ScopedDevice on_device;
   CUTOVER_CUDA_CHECK(on_device.enter(device), "cudaSetDevice");
   cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<CombineTwoSplits>);
+  cudaError_t err = cudaFuncGetAttributes(&attr, verify_combine_kernel<CombineTwoSplits, false>);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();
     return fail(CUTOVER_ERR_ARCH, "device %d is sm_%d%d; this library holds kernels for %s only: rebuild with "
@@ -375,15 +380,20 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
   // The plan fits all splits in one wave of g_target CTAs, so equal requests get at most g_target / batch each.
   const long long rows = (long long)a->batch * p.rcap;
   const int splits = p.g_target / a->batch;
-  if (splits <= CombineTwoSplits::SPLITS_PER_PASS) return launch_combine<CombineTwoSplits>(rows, a->num_sms, k, stream);
-  if (splits <= CombineFewSplits::SPLITS_PER_PASS) return launch_combine<CombineFewSplits>(rows, a->num_sms, k, stream);
+  // Where requests get few splits each, a long request among them can get many: those layouts have the
+  // long-request pass.
+  if (splits <= CombineTwoSplits::SPLITS_PER_PASS)
+    return launch_combine<CombineTwoSplits, true>(rows, p.slots, a->num_sms, k, stream);
+  if (splits <= CombineFewSplits::SPLITS_PER_PASS)
+    return launch_combine<CombineFewSplits, true>(rows, p.slots, a->num_sms, k, stream);
   const long long wave = (long long)a->num_sms * (kCombineThreads / 32);  // warps at one block per SM
   if (splits > CombineManySplits::LONG_SPLITS_PER_PASS) {
-    if (rows * CombineLongSplits::SLICES <= wave) return launch_combine<CombineLongSplits>(rows, a->num_sms, k, stream);
+    if (rows * CombineLongSplits::SLICES <= wave)
+      return launch_combine<CombineLongSplits>(rows, p.slots, a->num_sms, k, stream);
     if (rows * CombineLongSplitsMoreRows::SLICES <= wave)
-      return launch_combine<CombineLongSplitsMoreRows>(rows, a->num_sms, k, stream);
+      return launch_combine<CombineLongSplitsMoreRows>(rows, p.slots, a->num_sms, k, stream);
   }
-  return launch_combine<CombineManySplits>(rows, a->num_sms, k, stream);
+  return launch_combine<CombineManySplits>(rows, p.slots, a->num_sms, k, stream);
 }
 
 int cutover_verify_gate(int32_t* gate_state, const void* qo_indptr, void* qo_indptr_gated, int64_t n,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_ext.gpu_parity import LONG_AMONG_SHORT, SPREAD_LENGTHS, SPREAD_LENGTHS_LONG
+from kernel_ext.gpu_parity import (LONG_AMONG_20, LONG_AMONG_64, LONG_AMONG_SHORT, LONG_PAST_1024, SPREAD_LENGTHS,
+                                  SPREAD_LENGTHS_LONG)
 from kernel_ext.testing import TILE_CONFIGS
 
 pytestmark = pytest.mark.gpu
@@ -86,6 +87,30 @@ def test_long_request_among_many_short_ones(parity, tile_config):
 def test_more_requests_than_a_wave_of_spread_lengths(parity, tile_config, lengths):
     gpu_parity, triton_fwd, torch = parity
     case = gpu_parity.make_case(8, 16, len(lengths), lengths, "tree", torch.int32, seed=8)
+    row = gpu_parity.run_case(case, triton_fwd, {})
+    assert row["passed"], row
+
+
+# Long requests among many short ones where the combine merges few splits per request (8 x 8 rows: two for 64
+# requests, six for 20): the long ones' splits take the combine's long-request pass, which finds them 1024
+# requests at a time. The workspace's entries show that each long request had more splits than both layouts merge
+# in two batches (4 and 16), so the pass ran wherever the host picked one of those layouts.
+@pytest.mark.sglang
+@pytest.mark.parametrize("H,T,lengths,mask", [(8, 8, LONG_AMONG_64, "tree"), (8, 8, LONG_AMONG_20, "chain"),
+                                             (8, 1, LONG_PAST_1024, "causal")],
+                         ids=["3-of-64", "1-of-20", "2-of-1100"])
+def test_long_requests_take_the_combines_long_request_pass(parity, tile_config, H, T, lengths, mask):
+    gpu_parity, triton_fwd, torch = parity
+    from kernel_ext import api
+
+    batch = len(lengths)
+    case = gpu_parity.make_case(H, T, batch, lengths, mask, seed=9)
+    workspace = torch.zeros(api.workspace_bytes(batch, H, T), dtype=torch.uint8, device="cuda")
+    assert api.verify_attention(*case.args(case.fresh_output()), workspace=workspace)
+    torch.cuda.synchronize()
+    splits = workspace[:8 * batch].view(torch.int32).view(batch, 2)[:, 0].tolist()
+    long_splits = [n for n, keys in zip(splits, lengths) if keys == max(lengths)]
+    assert min(long_splits) > 16, f"the long requests' splits: {long_splits}"
     row = gpu_parity.run_case(case, triton_fwd, {})
     assert row["passed"], row
 
