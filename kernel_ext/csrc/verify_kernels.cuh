@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
+#include <climits>
 #include <stdint.h>
 
 #include <type_traits>
@@ -1164,16 +1165,16 @@ struct CombineOutput {
 };
 
 // Merges the partials of row r, slice `slice` of request b in layout L and stores that slice of the row, where the
-// request has more than one split and `takes` its split count (the pass's share), and the row is one of its rows.
-template <class L, class Takes>
+// request has 2 to `most_splits` splits (the pass's share) and the row is one of its rows.
+template <class L>
 __device__ __forceinline__ void combine_item(const KernelArgs& a, const CombineOutput& o, int b, int r, int slice,
-                                             Takes takes) {
+                                             int most_splits) {
   const int lane = threadIdx.x & 31, sg = lane / L::LANES;
   const int2 rq = a.req[b];
   const int64_t qo_start = load_index(a.qo_indptr, b, a.qo64);
   int ext = (int)(load_index(a.qo_indptr, b + 1, a.qo64) - qo_start);
   const int n = rq.x;
-  if (n <= 1 || !takes(n)) return;
+  if (n <= 1 || n > most_splits) return;
   ext = ext < 0 ? 0 : (ext > a.T ? a.T : ext);
   if (r >= ext * a.H) return;
   const int v0 = slice * L::SLICE / 8 + (lane % L::LANES) * L::VEC;  // this lane's first 8-value column
@@ -1248,7 +1249,7 @@ __device__ void combine_long_requests(const KernelArgs& a, const CombineOutput& 
       const int q = (int)(j / per_request), rest = (int)(j - q * per_request);
       const int owner = __ffs(__ballot_sync(kFullWarp, q >= first && q < first + __popc(mine))) - 1;
       const int k = __shfl_sync(kFullWarp, nth_set_bit(mine, q - first), owner);
-      combine_item<W>(a, o, base + 32 * k + owner, rest / W::SLICES, rest % W::SLICES, [](int) { return true; });
+      combine_item<W>(a, o, base + 32 * k + owner, rest / W::SLICES, rest % W::SLICES, INT_MAX);
     }
     before = items;
   }
@@ -1271,18 +1272,18 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const K
   o.s0 = choice == kOutAlt ? a.sa0 : a.so0;
   o.s1 = choice == kOutAlt ? a.sa1 : a.so1;
   const int warp = threadIdx.x >> 5, warps_per_block = blockDim.x >> 5;
-  const unsigned item_blocks = gridDim.x - (LONG_REQUESTS ? long_blocks : 0), first = gridDim.x - item_blocks;
-  if (LONG_REQUESTS && blockIdx.x < first) {
+  const unsigned pass_blocks = LONG_REQUESTS ? long_blocks : 0, item_blocks = gridDim.x - pass_blocks;
+  if (LONG_REQUESTS && blockIdx.x < pass_blocks) {
     combine_long_requests(a, o, L::LONG_REQUEST, (long long)blockIdx.x * warps_per_block + warp,
                           (long long)long_blocks * warps_per_block);
   } else {
     const long long warps = (long long)item_blocks * warps_per_block;
     const long long items = (long long)a.B * a.rcap * L::SLICES;
-    for (long long item = (long long)(blockIdx.x - first) * warps_per_block + warp; item < items; item += warps) {
+    for (long long item = (long long)(blockIdx.x - pass_blocks) * warps_per_block + warp; item < items; item += warps) {
       const int slice = (int)(item % L::SLICES);
       const long long br = item / L::SLICES;
       const int b = (int)(br / a.rcap), r = (int)(br - (long long)b * a.rcap);
-      combine_item<L>(a, o, b, r, slice, [](int n) { return !LONG_REQUESTS || n <= L::LONG_REQUEST; });
+      combine_item<L>(a, o, b, r, slice, LONG_REQUESTS ? L::LONG_REQUEST : INT_MAX);
     }
   }
   phase_mark_last_warp(kPhaseCombine, 2);
