@@ -2,17 +2,15 @@
 classes (memory-bound: H x T <= 64), not by whichever floor the run's measured ceilings make the larger."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+
+from .conftest import load_device_tool
 
 pytest.importorskip("torch")
 
 from kernel_ext import bench  # noqa: E402
-
-TOOL = Path(__file__).resolve().parents[2] / "kernel_ext" / "device" / "ab_compare.py"
 
 
 def _row(H, T, prefix, us, bound, fraction):
@@ -39,9 +37,7 @@ def test_summary_medians_group_the_ridge_shape_with_the_compute_bound_ones():
 
 
 def test_ab_compare_groups_by_the_issue_classes(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("ab_compare", TOOL)
-    ab_compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab_compare)
+    ab_compare = load_device_tool("ab_compare")
     base, new = tmp_path / "base.json", tmp_path / "new.json"
     base.write_text(json.dumps({"rows": _rows()}))
     new.write_text(json.dumps({"rows": _rows(scale=0.9)}))

@@ -2,22 +2,17 @@
 results/ab_v76_h200/call1/ncu_*.csv)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-TOOL = Path(__file__).resolve().parents[2] / "kernel_ext" / "device" / "ncu_mix.py"
+from .conftest import load_device_tool
+
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
 
 @pytest.fixture(scope="module")
 def ncu_mix():
-    spec = importlib.util.spec_from_file_location("ncu_mix", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_device_tool("ncu_mix")
 
 
 def _row(i: int, kernel: str, unit: str, value: str) -> str:
@@ -33,7 +28,7 @@ def test_the_last_call_of_each_kernel_in_microseconds(ncu_mix, tmp_path):
         _row(0, "void verify_wgmma_kernel<long long, 1, 0>(KernelArgs)", "ns", "68,192"),
         _row(1, "void verify_combine_kernel<CombineLayout<1, 2, 2, 2>, 1>(KernelArgs, int)", "ns", "9,536"),
         _row(2, "void verify_main_kernel<TileConfig<32, 16, 3, 2, 2, 1, 2, 2>, int, 0>(KernelArgs)", "us", "1,067.52"),
-        _row(3, "void verify_combine_kernel<CombineLayout<1, 2, 2, 2>, 1>(KernelArgs, int)", "usecond", "9.25"),
+        _row(3, "void verify_combine_kernel<CombineLayout<1, 2, 2, 2>, 1>(KernelArgs, int)", "nsecond", "9,250"),
         "==PROF== Disconnected from process 1586",
     ]))
     assert ncu_mix.kernel_durations(csv) == pytest.approx({"main": 1067.52, "combine": 9.25})

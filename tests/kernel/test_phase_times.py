@@ -1,23 +1,17 @@
 """CPU check of kernel_ext/device/phase_times.py's reading of the phase marks (csrc/phase_clock.cuh layout)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+
+from .conftest import load_device_tool
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("torch")
 
-TOOL = Path(__file__).resolve().parents[2] / "kernel_ext" / "device" / "phase_times.py"
-
 
 @pytest.fixture(scope="module")
 def phase_times():
-    spec = importlib.util.spec_from_file_location("phase_times", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_device_tool("phase_times")
 
 
 def _mark(marks, cta, slot, ns, mhz=2000):
