@@ -74,6 +74,11 @@ def main() -> None:
     p.add_argument("batch", help="mix:<name> or even:<name> (kernel_ext.bench.MIXES)")
     p.add_argument("libs", nargs="+", help="library builds (.so)")
     a = p.parse_args()
+    from kernel_ext.bench import MIXES
+
+    kind, _, name = a.batch.partition(":")
+    if kind not in ("mix", "even") or name not in MIXES:
+        p.error(f"batch {a.batch!r}: expected mix:<name> or even:<name>, <name> one of {', '.join(MIXES)}")
     profile(a.out, a.H, a.T, a.batch, a.libs)
 
 
