@@ -25,12 +25,11 @@ def run_calls(H: int, T: int, batch: str) -> None:
     import torch
 
     from kernel_ext import api
-    from kernel_ext.bench import MIXES, Shape
+    from kernel_ext.bench import Shape, grid_shapes
 
-    kind, name = batch.split(":", 1)
-    lengths = MIXES[name]()
-    prefixes = lengths if kind == "mix" else [round(sum(lengths) / len(lengths))] * len(lengths)
-    shape = Shape(H, T, len(prefixes), batch, "tree", prefixes=prefixes)
+    twins = grid_shapes(dict(H=(H,), T=(T,), mix=(batch.partition(":")[2],), mask=("tree",)))
+    _, _, size, _, mask, prefixes = next(s for s in twins if s[3] == batch)
+    shape = Shape(H, T, size, batch, mask, prefixes=prefixes)
     for i in range(3):
         api.verify_attention(*shape.args(i % shape.sets), workspace=shape.workspace)
     torch.cuda.synchronize()
