@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from checks.policy import ShadowPolicy
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 
 HIST_BUCKETS = len(REL_L2_BIN_EDGES) + 1
 

@@ -26,7 +26,7 @@ import yaml
 
 from cutover import resources
 from cutover.errors import ConfigError
-from cutover.hostlayout import HostPaths
+from cutover.hostprotocol.hostlayout import HostPaths
 
 SERVING_KINDS = ("sglang", "sandbox")
 NO_GPU = "none"

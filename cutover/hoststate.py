@@ -1,7 +1,7 @@
 """A host's state files (DESIGN.md host layout), read and written through a Transport.
 
 control.json (atomic writes under the control write lock, generation bumps), journal.jsonl (append only), the
-operator lock (owner, expiry, takeover of an expired lock), phase.json (state machine of `cutover.phases`),
+operator lock (owner, expiry, takeover of an expired lock), phase.json (state machine of `cutover.hostprotocol.phases`),
 heartbeats and the acknowledgement wait, the latest verdict and the most recent divergence stats per rank.
 """
 
@@ -15,11 +15,11 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from cutover import phases
+from cutover.hostprotocol import phases
 from cutover.config import Host, Settings
-from cutover.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
+from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
-from cutover.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
+from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
@@ -187,7 +187,7 @@ class HostState:
 
     @contextlib.contextmanager
     def _writing_control(self):
-        """Hold the control write lock (cutover/controlwrite.py) for one read-modify-write of control.json."""
+        """Hold the control write lock (cutover/hostprotocol/controlwrite.py) for one read-modify-write of control.json."""
         lock = ControlWriteLock(self.transport, self.paths.control_lock, self.settings.operator, self.now)
         try:
             lock.acquire()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 
-from cutover.acceptance import PYTHON_DIR
+from cutover.hostprotocol.acceptance import PYTHON_DIR
 
 RELEASE_PREFIX = f"{PYTHON_DIR}/kernel_ext/"
 WHEEL_PREFIX = "kernel_ext/"

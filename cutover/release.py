@@ -3,7 +3,7 @@
 The release id is derived from the kernel source-tree hash (the CUDA sources and kernel_ext's Python), the
 target archs, the nvcc version and the ABI version, so the same sources give the same id and a rebuild is a
 no-op. Besides the library, a release carries kernel_ext's Python under python/kernel_ext/: the code of the
-kernel's acceptance on each host's GPU at stage (cutover/acceptance.py), and of its benchmark there. A release
+kernel's acceptance on each host's GPU at stage (cutover/hostprotocol/acceptance.py), and of its benchmark there. A release
 is built in a temporary directory next to its final place and renamed into place only when complete: a failed
 build leaves nothing. Two builds of the same sources may run at once: whichever finishes second finds the
 first's complete release in place, keeps it and discards its own (the two are the same release).
@@ -30,9 +30,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutover.acceptance import PYTHON_DIR
+from cutover.hostprotocol.acceptance import PYTHON_DIR
 from cutover.errors import BuildError, ConfigError, CutoverError
-from cutover.hostlayout import sha256_file
+from cutover.hostprotocol.hostlayout import sha256_file
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"

@@ -85,7 +85,7 @@ def _errors(candidate, truth) -> tuple[float, float, int]:
 def library_release(path: str | os.PathLike) -> tuple[str | None, str]:
     """(release id or None, description) of a kernel library file: a release's when the manifest.json beside
     it (links resolved, as ``<cutover_root>/current`` is one) lists the file with the same sha256."""
-    from cutover.hostlayout import sha256_file
+    from cutover.hostprotocol.hostlayout import sha256_file
 
     real = Path(path).resolve()
     manifest_path = real.parent / MANIFEST

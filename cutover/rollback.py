@@ -27,7 +27,7 @@ from typing import Callable
 from cutover import ansible
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import AckTimeoutError, CutoverError, HostError, LockHeldError
-from cutover.hostlayout import HostPaths
+from cutover.hostprotocol.hostlayout import HostPaths
 from cutover.hoststate import HostState, LockRecord
 from cutover.transport import Transport, open_transport
 

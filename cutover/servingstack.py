@@ -15,7 +15,7 @@ import os
 
 STACK_FIELDS = ("sglang", "torch", "plugin", "gpu")
 # the code a rank runs of the plugin wheel: packages (their top-level modules) and single modules
-PLUGIN_CODE = ("cutover.plugin", "kernel_ext", "cutover.hostlayout", "cutover.servingstack")
+PLUGIN_CODE = ("cutover.plugin", "kernel_ext", "cutover.hostprotocol.hostlayout", "cutover.servingstack")
 DIGEST_CHARS = 12
 
 

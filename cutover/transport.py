@@ -20,9 +20,9 @@ from pathlib import PurePosixPath
 import paramiko
 
 from cutover.config import Host
-from cutover.controlwrite import LocalFiles
+from cutover.hostprotocol.controlwrite import LocalFiles
 from cutover.errors import HostError
-from cutover.hostlayout import atomic_write_text
+from cutover.hostprotocol.hostlayout import atomic_write_text
 
 
 CLOCK_READ_TIMEOUT_S = 15.0

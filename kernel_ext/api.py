@@ -313,7 +313,7 @@ def shadow_accumulate(o, scratch, enable, counters, bin_edges, workspace) -> Non
     scratch    bf16 [N, H, 512]  ours in a shadow sample (read only then)
     enable     int32 [2]  the gate's flags {serve, sample}; both 0: only counters[CALLS] += 1
     counters   float64 [COUNTER_HIST + len(bin_edges) + 1]  this layer's counters (_lib.COUNTER_*), updated
-    bin_edges  float64 [E]  ascending rel-L2 histogram edges (cutover.hostlayout.REL_L2_BIN_EDGES)
+    bin_edges  float64 [E]  ascending rel-L2 histogram edges (cutover.hostprotocol.hostlayout.REL_L2_BIN_EDGES)
     workspace  uint8 [_lib.SHADOW_WORKSPACE_BYTES]  this layer's, zero-filled once; calls on it must be stream-ordered
     """
     o_ptr = _bf16_rows(o, "o")

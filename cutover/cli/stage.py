@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from cutover import deploy, release
+from cutover import release
+from cutover.stage import PLUGIN_CHANGED, RELEASE_NOT_LOADED, describe_restarts, stage_release
 from cutover.cli import common
 from cutover.errors import HostError, LockHeldError
 
@@ -42,10 +43,10 @@ def stage(
     rel = release.find_release(release_ref, releases or release.releases_dir(c.settings.releases_dir))
     c.say(f"staging release {rel.release_id} on {', '.join(h.name for h in c.hosts)}"
           + (" (check mode: nothing will change)" if check else ""))
-    report = deploy.stage_release(
+    report = stage_release(
         c.inventory, c.hosts, c.settings, rel, check=check, say=c.say, verbose=c.ansible_output,
         confirm_restart=lambda reasons: c.confirm(
-            f"Restart serving on {deploy.describe_restarts(reasons)} so it loads release {rel.release_id}?"))
+            f"Restart serving on {describe_restarts(reasons)} so it loads release {rel.release_id}?"))
     if c.options.json:
         common.print_json({"release_id": report.release_id, "check": check,
                            "restart_declined": report.restart_declined, "restart_reasons": report.restart_reasons,
@@ -58,8 +59,8 @@ def stage(
                           line.message)
         common.console.print(table)
         declined = {name: report.restart_reasons[name] for name in report.restart_declined}
-        not_loaded = [name for name, why in declined.items() if deploy.RELEASE_NOT_LOADED in why]
-        old_plugin = [name for name, why in declined.items() if deploy.PLUGIN_CHANGED in why]
+        not_loaded = [name for name, why in declined.items() if RELEASE_NOT_LOADED in why]
+        old_plugin = [name for name, why in declined.items() if PLUGIN_CHANGED in why]
         if not_loaded:
             common.console.print(
                 f"not restarted (no --yes): serving on {', '.join(not_loaded)} does not run "

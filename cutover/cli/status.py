@@ -8,7 +8,7 @@ import time
 import typer
 from rich.table import Table
 
-from cutover import hoststatus
+from cutover.status import host_status
 from cutover.cli import common
 from cutover.errors import HostError
 from cutover.servingstack import describe, stack_key
@@ -150,7 +150,7 @@ def status(
     Read-only. Exits 4 if a host cannot be reached (the others are still shown).
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
-    statuses = [hoststatus.host_status(host, c.settings) for host in c.hosts]
+    statuses = [host_status(host, c.settings) for host in c.hosts]
     if c.options.json:
         common.print_json({"hosts": statuses})
     else:

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (run it through the device tool)")
     import kernel_ext
-    from cutover.hostlayout import HostPaths
+    from cutover.hostprotocol.hostlayout import HostPaths
     from cutover.plugin.hooks import resolve_stock_kernel
     from cutover.plugin.kernels import CudaKernels
     from cutover.plugin.runtime import PluginRuntime

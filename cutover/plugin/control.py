@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.servingstack import describe, stack_key
 
 log = logging.getLogger("cutover.plugin")

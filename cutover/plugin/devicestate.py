@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 from kernel_ext import _lib
 
 MAX_LAYERS = 512

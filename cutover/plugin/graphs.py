@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cutover.hostlayout import ControlRecord, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
 
 
 def switch_mode(runtime, paths, mode: str, generation: int, lease_s: float = 3600.0) -> None:

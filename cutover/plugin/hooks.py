@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 
-from cutover.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT, DEFAULT_STATE_DIR, STATE_DIR_ENV, HostPaths
+from cutover.hostprotocol.hostlayout import CUTOVER_ROOT_ENV, DEFAULT_CUTOVER_ROOT, DEFAULT_STATE_DIR, STATE_DIR_ENV, HostPaths
 
 log = logging.getLogger("cutover.plugin")
 

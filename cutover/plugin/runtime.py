@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from cutover.hostlayout import Heartbeat, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import Heartbeat, HostPaths, atomic_write_text
 from cutover.plugin.audit import Audit
 from cutover.plugin.captures import CaptureStore
 from cutover.plugin.control import ControlLoop, ControlState, Decision

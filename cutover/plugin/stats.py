@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from cutover.hostlayout import append_jsonl
+from cutover.hostprotocol.hostlayout import append_jsonl
 from cutover.plugin.devicestate import (CALLS, COMPARED, HIST, MAX_ABS, REL_L2_MAX, nonfinite_custom,
                                         nonfinite_stock)
 

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 
 from cutover.errors import HostError
-from cutover.hostlayout import Heartbeat, atomic_write_text
+from cutover.hostprotocol.hostlayout import Heartbeat, atomic_write_text
 from cutover.sandbox.server import ServerConfig
 
 START_TIMEOUT_S = 180.0

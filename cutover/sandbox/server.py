@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from cutover.hostlayout import CUTOVER_ROOT_ENV, MODES, STATE_DIR_ENV, Heartbeat, HostPaths
+from cutover.hostprotocol.hostlayout import CUTOVER_ROOT_ENV, MODES, STATE_DIR_ENV, Heartbeat, HostPaths
 from cutover.plugin.hooks import RANK_ENV
 
 log = logging.getLogger("cutover.sandbox")

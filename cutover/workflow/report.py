@@ -14,7 +14,7 @@ from pathlib import Path
 
 from checks.gates import StatsSummary, hist_quantile
 from cutover import jsonout
-from cutover.hostlayout import atomic_write_text
+from cutover.hostprotocol.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
 
 WORST_LAYERS_PLOTTED = 8

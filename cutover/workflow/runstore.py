@@ -13,7 +13,7 @@ from pathlib import Path
 from checks.policy import Policy
 
 from cutover.errors import ConfigError
-from cutover.hostlayout import append_jsonl, atomic_write_text
+from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text
 from cutover.workflow.verdict import VerdictRecord
 
 REPORTS_DIR_ENV = "CUTOVER_REPORTS_DIR"

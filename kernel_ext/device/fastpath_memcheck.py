@@ -8,7 +8,7 @@ paths. Prints one line; a sanitizer error makes the exit code 9.
 """
 import torch
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 from kernel_ext import _lib, api
 from kernel_ext.testing import make_verify_batch
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Ansible module: the release's kernel acceptance on this host's GPU, before stage points `current` at it.
 
-Runs cutover/acceptance.py (module_utils link): the release's GPU parity subset in the serving Python, on GPU
+Runs cutover/hostprotocol/acceptance.py (module_utils link): the release's GPU parity subset in the serving Python, on GPU
 `device`. A pass is recorded in <state_dir>/acceptance/<release_id>.json with the sha256 of the library it ran,
 so a re-run of the same stage skips it, while another build under the same id (other library bytes) runs it
 again and says why; the run's output stays in <release_id>.log. Every outcome is journaled (action gpu_check).

@@ -2,7 +2,7 @@
 """Ansible module: the host-side state changes of stage and rollback, with the shared file protocol.
 
 Uses the same code as the operator side (module_utils/cutover_hostlayout.py and cutover_phases.py are
-links to cutover/hostlayout.py and cutover/phases.py), so both sides read and write one format.
+links to cutover/hostprotocol/hostlayout.py and cutover/hostprotocol/phases.py), so both sides read and write one format.
 
 actions:
   stage        create the state dirs; control.json in mode triton (created if absent or corrupt; a non-triton

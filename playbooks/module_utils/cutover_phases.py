@@ -1,1 +1,62 @@
-../../cutover/phases.py
+"""The workflow phase of a host and its allowed transitions.
+
+    idle -> staged -> shadowing -> shadow_passed -> promoted
+                          |-> shadow_failed
+    any phase but idle -> rolled_back (rollback is always allowed: it is the safe direction)
+
+Standard library only: the stage playbook's host-side module uses it too, so the operator side and the host
+agree on one table. `refusal()` says why a transition is not allowed and what to do instead.
+"""
+
+from __future__ import annotations
+
+PHASES = ("idle", "staged", "shadowing", "shadow_passed", "shadow_failed", "promoted", "rolled_back")
+
+# target phase -> phases it may be entered from
+ALLOWED_FROM = {
+    "staged": {"idle", "staged", "shadow_passed", "shadow_failed", "rolled_back"},
+    "shadowing": {"staged", "shadow_passed", "shadow_failed", "rolled_back"},
+    "shadow_passed": {"shadowing"},
+    "shadow_failed": {"shadowing"},
+    "promoted": {"shadow_passed"},
+    "rolled_back": {"staged", "shadowing", "shadow_passed", "shadow_failed", "promoted", "rolled_back"},
+    "idle": set(),
+}
+
+# (current, target) -> what the operator should do instead
+_ADVICE = {
+    ("shadowing", "staged"): "a shadow run is in progress: let it finish, or run `cutover rollback` first",
+    ("promoted", "staged"): "the custom kernel is live: run `cutover rollback` before staging another release",
+    ("idle", "shadowing"): "nothing is staged: run `cutover stage` first",
+    ("shadowing", "shadowing"): "a shadow run is already in progress: wait for it, or run `cutover rollback`",
+    ("promoted", "shadowing"): "the custom kernel is already live: run `cutover rollback` first to shadow again",
+    ("staged", "promoted"): "the staged release has not passed shadow: run `cutover shadow` first",
+    ("shadow_failed", "promoted"): "the last shadow failed: fix the kernel, stage and shadow again",
+    ("shadowing", "promoted"): "a shadow run is in progress: wait for its verdict",
+    ("rolled_back", "promoted"): "the host was rolled back: run `cutover shadow` again before promoting",
+    ("promoted", "promoted"): "already promoted: nothing to do",
+    ("idle", "rolled_back"): "nothing was ever staged on this host: there is nothing to roll back",
+}
+
+
+def refusal(current: str, target: str) -> str | None:
+    """None if current -> target is allowed, else a sentence saying why not and what to do instead."""
+    if target not in PHASES:
+        return f"unknown phase {target!r} (phases: {', '.join(PHASES)})"
+    if current not in PHASES:
+        return f"the host records an unknown phase {current!r}: run `cutover rollback`, then `cutover stage`"
+    if current in ALLOWED_FROM[target]:
+        return None
+    advice = _ADVICE.get((current, target))
+    if advice is None:
+        allowed = ", ".join(sorted(ALLOWED_FROM[target])) or "no phase"
+        advice = f"{target} can only follow {allowed}"
+    return f"cannot go from {current} to {target}: {advice}"
+
+
+def phase_after_stage(current: str, staged_release: str | None, new_release: str) -> str:
+    """The phase a successful stage leaves: a new release starts over at staged; restaging the same
+    release keeps a shadow verdict that still applies to it."""
+    if current in ("shadow_passed", "shadow_failed", "staged") and staged_release == new_release:
+        return current
+    return "staged"

@@ -1,4 +1,4 @@
-"""Stage's kernel acceptance (cutover/acceptance.py) on a GPU, with releases built from this tree.
+"""Stage's kernel acceptance (cutover/hostprotocol/acceptance.py) on a GPU, with releases built from this tree.
 
 A release built for this GPU passes: its own kernel_ext code runs the tiny parity subset against SGLang's Triton
 kernel and float64, and every live-switch check. A release built for another GPU is refused on this one. The
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover import acceptance
+from cutover.hostprotocol import acceptance
 from cutover.release import Release, build_release
 
 pytestmark = pytest.mark.gpu

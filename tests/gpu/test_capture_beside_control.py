@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 
 pytestmark = pytest.mark.gpu
 CAPTURES, OPS_PER_CAPTURE = 20, 20000

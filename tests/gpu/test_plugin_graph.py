@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, nonfinite_custom
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.graphs import switch_mode
@@ -106,7 +106,7 @@ def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
     import subprocess
     import sys
 
-    from cutover.hostlayout import Heartbeat
+    from cutover.hostprotocol.hostlayout import Heartbeat
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

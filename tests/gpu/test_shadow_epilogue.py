@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 from cutover.plugin.devicestate import (CALLS, COMPARED, COUNTER_WIDTH, HIST, MAX_ABS, NONFINITE_SENTINEL,
                                         REL_L2_MAX, SAMPLE_BAD_O, SAMPLE_BAD_SCRATCH, SERVE_BAD_O, SERVED,
                                         torch_shadow_epilogue)

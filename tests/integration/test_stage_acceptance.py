@@ -1,4 +1,4 @@
-"""Stage's kernel acceptance (cutover/acceptance.py) through the real stage playbook on a real sshd host.
+"""Stage's kernel acceptance (cutover/hostprotocol/acceptance.py) through the real stage playbook on a real sshd host.
 
 The test hosts have no GPU, so `cutover stage` would stop at preflight (which checks the GPU against the
 inventory's gpu_arch) before the stage playbook runs. These tests run playbooks/stage.yml as cutover stage does
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cutover import ansible, config
-from cutover.deploy import stage_extravars
+from cutover.stage import stage_extravars
 from cutover.release import load_release
 from sshd import TestHost
 

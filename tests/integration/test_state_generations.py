@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from cutover import ansible, config
-from cutover.deploy import stage_extravars
-from cutover.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
+from cutover.stage import stage_extravars
+from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
 from cutover.release import load_release
 from sshd import TestHost
 

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.runtime import PluginRuntime
 
 

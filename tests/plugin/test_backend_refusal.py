@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cutover.hostlayout import live_heartbeats
+from cutover.hostprotocol.hostlayout import live_heartbeats
 from cutover.plugin import hooks
 from cutover.sandbox import backend as standin
 

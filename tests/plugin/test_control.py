@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from cutover.hostlayout import Heartbeat, atomic_write_text
+from cutover.hostprotocol.hostlayout import Heartbeat, atomic_write_text
 from cutover.plugin.control import ControlLoop, ControlState
 
 
@@ -150,7 +150,7 @@ def test_control_thread_acknowledges_within_a_poll(paths, write_control):
 def test_a_request_for_another_release_than_the_one_loaded_runs_triton_and_says_so():
     """promote and shadow name the release they judged; a rank that loaded another (serving not restarted after
     a stage) must not run that one's kernel in its place."""
-    from cutover.hostlayout import ControlRecord
+    from cutover.hostprotocol.hostlayout import ControlRecord
 
     state = ControlState()
     state.release_id = "0123456789-aaaaaa"
@@ -168,7 +168,7 @@ def test_a_request_for_another_release_than_the_one_loaded_runs_triton_and_says_
 def test_custom_runs_only_on_a_serving_stack_control_json_approves():
     """promote names the stacks it approved custom on: a rank that restarted on another (SGLang upgraded after the
     promote) runs triton and says why; no limit (None) leaves any stack alone."""
-    from cutover.hostlayout import ControlRecord
+    from cutover.hostprotocol.hostlayout import ControlRecord
 
     approved = {"sglang": "0.5.23", "torch": "2.11.0", "plugin": "0123456789ab", "gpu": "NVIDIA H200"}
     state = ControlState()
@@ -187,7 +187,7 @@ def test_custom_runs_only_on_a_serving_stack_control_json_approves():
 
 
 def test_a_control_file_with_malformed_stacks_is_corrupt():
-    from cutover.hostlayout import ControlRecord
+    from cutover.hostprotocol.hostlayout import ControlRecord
 
     for stacks in ("sglang 0.5.23", [["0.5.23"]], {"sglang": "0.5.23"}):
         try:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 from cutover.plugin.devicestate import (CALLS, COMPARED, COUNTER_WIDTH, HIST, MAX_ABS, NONFINITE_SENTINEL,
                                         REL_L2_MAX, nonfinite_custom, nonfinite_stock, torch_shadow_epilogue)
 

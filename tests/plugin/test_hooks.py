@@ -55,7 +55,7 @@ def test_load_plugin_refuses_with_one_line_when_the_hook_targets_changed(clean_r
 def test_ranks_sglang_could_not_be_hooked_on_heartbeat_why_and_refuse_shadow(clean_registry, paths, monkeypatch):
     """The hooks refused (SGLang changed): `cutover stage` still sees every rank live with the release, status
     shows the reason, and shadow is refused with it instead of finding no rank."""
-    from cutover.hostlayout import ControlRecord, atomic_write_text, live_heartbeats, read_heartbeat
+    from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text, live_heartbeats, read_heartbeat
     from cutover.plugin import load_plugin
     from cutover.sandbox.backend import StandInModelRunner
 

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from cutover.hostlayout import ControlRecord, atomic_write_text, live_heartbeats, read_heartbeat
+from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text, live_heartbeats, read_heartbeat
 from cutover.plugin import hooks
 from cutover.plugin import runtime as runtime_module
 from cutover.plugin.dispatch import MIN_POSITIONAL_ARGS, VerifyDispatcher, verify_site

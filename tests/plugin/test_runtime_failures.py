@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from cutover.hostlayout import ControlRecord, atomic_write_text, read_heartbeat
+from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text, read_heartbeat
 from cutover.plugin import audit as audit_module
 from cutover.plugin import devicestate
 from cutover.plugin.buffers import GrowOnlyBuffers
@@ -101,7 +101,7 @@ def test_outgrown_buffers_no_graph_captured_are_freed():
 
 CRASHING_SCHEDULER = """
 import sys, time, traceback
-from cutover.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.runtime import PluginRuntime
 paths = HostPaths(sys.argv[1], sys.argv[2])
 atomic_write_text(paths.control, ControlRecord(mode="custom", generation=3).to_json())  # promoted: no lease

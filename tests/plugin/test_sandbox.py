@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from cutover.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
 
 RANKS = 2
 
@@ -159,7 +159,7 @@ def test_injected_nan_in_the_custom_path_is_counted(sandbox):
 def test_a_killed_controller_lease_expiry_returns_every_rank_to_triton(sandbox):
     renewer = subprocess.Popen([sys.executable, "-c", f"""
 import time
-from cutover.hostlayout import ControlRecord, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
 while True:
     atomic_write_text({sandbox.paths.control!r}, ControlRecord(mode="shadow", generation=3, set_by="renewer",
                       lease_expires_at=time.time() + 1.5).to_json())

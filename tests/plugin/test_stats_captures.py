@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 from cutover.plugin.captures import CAPTURE_FORMAT, CaptureStore, load_capture
 from cutover.plugin.dispatch import verify_site
 from cutover.replay import ReplayError, replay_capture
@@ -109,7 +109,7 @@ def test_replay_cli_prints_each_error(runtime, paths, write_control):
 
 def fake_release(root, release_id: str, content: bytes = b"not really a library"):
     """<root>/releases/<id>/libcutover_verify.so with a manifest.json listing it; returns the library path."""
-    from cutover.hostlayout import sha256_file
+    from cutover.hostprotocol.hostlayout import sha256_file
 
     directory = root / "releases" / release_id
     directory.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The kernel acceptance stage runs on each host's GPU (cutover/acceptance.py): its verdict on parity reports, its
+"""The kernel acceptance stage runs on each host's GPU (cutover/hostprotocol/acceptance.py): its verdict on parity reports, its
 environment, and its refusals when the run cannot produce a passing report. The run that passes on a GPU is
 tests/gpu/test_acceptance.py; the refusal through the real playbook is tests/integration/test_stage_acceptance.py.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover import acceptance
+from cutover.hostprotocol import acceptance
 
 
 def parity_report(**changes) -> dict:
@@ -92,7 +92,7 @@ def test_the_run_uses_the_releases_code_and_library_on_one_gpu():
 def test_a_release_carries_the_kernel_ext_code_it_is_accepted_with(release: Path):
     files = json.loads((release / "manifest.json").read_text())["files"]
     carried = {name for name in files if name.startswith("python/kernel_ext/")}
-    source = Path(acceptance.__file__).resolve().parent.parent / "kernel_ext"
+    source = Path(acceptance.__file__).resolve().parents[2] / "kernel_ext"
     assert carried == {f"python/kernel_ext/{p.name}" for p in source.glob("*.py")}
     assert (release / "python/kernel_ext/gpu_parity.py").read_bytes() == (source / "gpu_parity.py").read_bytes()
 

@@ -1,4 +1,4 @@
-"""The control write lock (cutover/controlwrite.py): two writers of control.json never interleave their
+"""The control write lock (cutover/hostprotocol/controlwrite.py): two writers of control.json never interleave their
 read-modify-writes, so no write is lost; a lock left by a dead writer is broken and journaled; a writer that lost
 the lock writes nothing.
 
@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from cutover import config, controlwrite
+from cutover import config
+from cutover.hostprotocol import controlwrite
 from cutover.config import Settings
-from cutover.controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
+from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
 from cutover.errors import HostError
-from cutover.hostlayout import ControlRecord
+from cutover.hostprotocol.hostlayout import ControlRecord
 from cutover.hoststate import HostState
 from cutover.transport import LocalTransport
 

@@ -13,7 +13,7 @@ import pytest
 from cutover import config
 from cutover.cli.status import _clock_notes
 from cutover.config import Settings
-from cutover.controlwrite import remove_if_unchanged
+from cutover.hostprotocol.controlwrite import remove_if_unchanged
 from cutover.errors import LockHeldError
 from cutover.hoststate import HostState
 from cutover.plugin.control import ControlState

@@ -1,4 +1,4 @@
-"""The heartbeat and generation rules of the on-host protocol (cutover/hostlayout.py) that both the operator side
+"""The heartbeat and generation rules of the on-host protocol (cutover/hostprotocol/hostlayout.py) that both the operator side
 and the host-side Ansible modules apply: which rank is live, and which generation the next control record needs.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.hostlayout import (
+from cutover.hostprotocol.hostlayout import (
     ControlRecord,
     Heartbeat,
     HostPaths,

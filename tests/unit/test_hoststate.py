@@ -9,7 +9,7 @@ import pytest
 from cutover import config
 from cutover.config import Settings
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
-from cutover.hostlayout import ControlRecord, Heartbeat
+from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat
 from cutover.hoststate import STATS_TAIL_BYTES, HostState, summarize_stats
 from cutover.transport import LocalTransport
 

@@ -32,4 +32,4 @@ def test_installed_wheel_resolves_its_own_resources(wheel, tmp_path):
     for path in paths:
         assert path.is_file() and not path.is_symlink() and site in path.parents, path
     module_util = site / "cutover/data/playbooks/module_utils/cutover_hostlayout.py"
-    assert module_util.read_text() == (REPO / "cutover/hostlayout.py").read_text()
+    assert module_util.read_text() == (REPO / "cutover/hostprotocol/hostlayout.py").read_text()

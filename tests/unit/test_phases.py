@@ -2,7 +2,7 @@
 
 import pytest
 
-from cutover import phases
+from cutover.hostprotocol import phases
 
 
 @pytest.mark.parametrize("current,target", [

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cutover.hostlayout import HostPaths
+from cutover.hostprotocol.hostlayout import HostPaths
 from cutover.rollback import HostRollback, needs_restart, release_after_switch
 from cutover.transport import LocalTransport
 

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cutover import ansible, config, deploy
+from cutover import ansible, config
+from cutover import stage as stage_service
 from cutover.config import Settings
-from cutover.deploy import _locks_kept
+from cutover.stage import _locks_kept
 from cutover.errors import LockHeldError
 from cutover.release import Release
 
@@ -70,7 +71,7 @@ def playbooks(monkeypatch) -> SimpleNamespace:
         seen.extravars[name] = extravars
         seen.before.get(name, lambda: None)()
         return ansible.PlaybookResult(name, "successful", 0, {h.name: ansible.HostOutcome(h.name) for h in hosts})
-    monkeypatch.setattr(deploy.ansible, "run_playbook", run)
+    monkeypatch.setattr(stage_service.ansible, "run_playbook", run)
     return seen
 
 
@@ -85,7 +86,7 @@ def local_release(tmp_path: Path) -> Path:
 
 def stage(local_inventory, confirm_restart=lambda reasons: False, lock_ttl_s=60.0):
     inventory = config.load_inventory(str(local_inventory))
-    return deploy.stage_release(inventory, inventory.hosts, Settings(operator="alice@test", lock_ttl_s=lock_ttl_s),
+    return stage_service.stage_release(inventory, inventory.hosts, Settings(operator="alice@test", lock_ttl_s=lock_ttl_s),
                                 RELEASE, check=False, confirm_restart=confirm_restart, say=lambda text: None)
 
 

@@ -1,13 +1,13 @@
 """Stage restarts serving where it does not run the release, and where it installs another plugin wheel: a
-reinstall under a live process does not reach its ranks (deploy._hosts_to_restart)."""
+reinstall under a live process does not reach its ranks (stage._hosts_to_restart)."""
 
 import hashlib
 import json
 import time
 from pathlib import Path
 
-from cutover.deploy import PLUGIN_CHANGED, RELEASE_NOT_LOADED, _hosts_to_restart, describe_restarts
-from cutover.hostlayout import Heartbeat
+from cutover.stage import PLUGIN_CHANGED, RELEASE_NOT_LOADED, _hosts_to_restart, describe_restarts
+from cutover.hostprotocol.hostlayout import Heartbeat
 
 from .conftest import write_inventory
 from .test_hoststate import make_state

@@ -5,7 +5,7 @@ import json
 import time
 
 from cutover.cli.status import _rank_notes, _stack_notes
-from cutover.hostlayout import Heartbeat
+from cutover.hostprotocol.hostlayout import Heartbeat
 from cutover.workflow.verdict import VerdictRecord
 
 from .test_hoststate import make_state

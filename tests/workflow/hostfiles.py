@@ -5,7 +5,7 @@ import time
 
 from checks.policy import load_policy, shadow_thresholds
 from cutover.config import Host, Settings
-from cutover.hostlayout import ControlRecord, Heartbeat, atomic_write_text
+from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, atomic_write_text
 
 
 def local_host(tmp_path, name="h1", tp_size=2):

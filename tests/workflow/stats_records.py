@@ -2,7 +2,7 @@
 
 import bisect
 
-from cutover.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
 
 
 def histogram(values):

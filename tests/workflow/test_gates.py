@@ -233,7 +233,7 @@ def test_a_rank_that_could_not_write_stats_lines_fails_the_run():
 
 
 def test_stats_write_errors_count_from_the_arming_heartbeat():
-    from cutover.hostlayout import Heartbeat
+    from cutover.hostprotocol.hostlayout import Heartbeat
     from cutover.hoststate import RankView
     from cutover.workflow.observe import trackers_from_ack
 

@@ -8,7 +8,7 @@ import pytest
 
 from checks.policy import load_policy
 from cutover.errors import PhaseError
-from cutover.hostlayout import Heartbeat
+from cutover.hostprotocol.hostlayout import Heartbeat
 from cutover.hoststate import RankView
 from cutover.workflow.observe import HostLink, trackers_from_ack
 from cutover.workflow.probes import ServerSample

@@ -10,7 +10,7 @@ import pytest
 from checks.policy import load_policy
 from cutover.config import Inventory, Settings
 from cutover.errors import GateFailedError, PhaseError
-from cutover.hostlayout import read_heartbeat
+from cutover.hostprotocol.hostlayout import read_heartbeat
 from cutover.workflow.observe import HostLink
 from cutover.workflow.promote import PromoteOptions, plan_promotion, run_promote, unchecked_watch_checks
 

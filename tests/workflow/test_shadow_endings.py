@@ -12,10 +12,10 @@ import time
 import pytest
 
 from checks.policy import load_policy
-from cutover import controlwrite
+from cutover.hostprotocol import controlwrite
 from cutover.cli.shadow import passed_lines
 from cutover.errors import GateFailedError, HostError, PhaseError
-from cutover.hostlayout import read_heartbeat
+from cutover.hostprotocol.hostlayout import read_heartbeat
 from cutover.rollback import rollback_hosts
 from cutover.transport import LocalTransport
 from cutover.workflow import observe, shadow
