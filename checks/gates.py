@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from checks.policy import ShadowPolicy
 from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.statsrecord import LayerRecord, StatsRecord
 
 HIST_BUCKETS = len(REL_L2_BIN_EDGES) + 1
 
@@ -30,12 +31,12 @@ class RelL2:
     def rel_l2_p99(self) -> float | None:
         return hist_quantile(self.rel_l2_hist, 0.99, self.rel_l2_max)
 
-    def fold(self, data: dict) -> bool:
+    def fold(self, data: LayerRecord) -> bool:
         """Add one record's entry for the layer; True when it holds a new maximum."""
-        self.compared += int(data.get("compared", 0))
-        for index, count in enumerate((data.get("rel_l2_hist") or [])[:HIST_BUCKETS]):
-            self.rel_l2_hist[index] += int(count)
-        rel_max = float(data.get("rel_l2_max", 0.0))
+        self.compared += data.compared
+        for index, count in enumerate(data.rel_l2_hist[:HIST_BUCKETS]):
+            self.rel_l2_hist[index] += count
+        rel_max = data.rel_l2_max
         if _rank_value(rel_max) > _rank_value(self.rel_l2_max):
             self.rel_l2_max = rel_max
             return True
@@ -91,28 +92,27 @@ class StatsSummary:
     last_ts: float | None = None
     rank_compared: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)  # (host, rank) -> layer -> n
 
-    def add(self, host: str, record: dict) -> bool:
+    def add(self, host: str, record: StatsRecord) -> bool:
         """Fold one stats record in; records of another generation or mode are ignored (returns False)."""
-        if record.get("generation") != self.generations.get(host) or record.get("mode") != "shadow":
+        if record.generation != self.generations.get(host) or record.mode != "shadow":
             self.ignored += 1
             return False
         self.records += 1
-        ts = float(record.get("ts", 0.0))
-        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
-        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
-        where = f"{host} rank {record.get('rank', '?')}"
-        rank_compared = self.rank_compared.setdefault((host, int(record.get("rank", -1))), {})
-        for name, data in (record.get("layers") or {}).items():
-            layer = self.layers.setdefault(str(name), LayerStats())
-            layer.calls += int(data.get("calls", 0))
-            rank_compared[str(name)] = rank_compared.get(str(name), 0) + int(data.get("compared", 0))
+        self.first_ts = record.ts if self.first_ts is None else min(self.first_ts, record.ts)
+        self.last_ts = record.ts if self.last_ts is None else max(self.last_ts, record.ts)
+        where = f"{host} rank {record.rank}"
+        rank_compared = self.rank_compared.setdefault((host, record.rank), {})
+        for name, data in record.layers.items():
+            layer = self.layers.setdefault(name, LayerStats())
+            layer.calls += data.calls
+            rank_compared[name] = rank_compared.get(name, 0) + data.compared
             layer.hosts.setdefault(host, RelL2()).fold(data)
             if layer.fold(data):
                 layer.worst_at = where
-            layer.max_abs = _worse(layer.max_abs, float(data.get("max_abs", 0.0)))
-            layer.nonfinite_custom += int(data.get("nonfinite_custom", 0))
-            layer.nonfinite_stock += int(data.get("nonfinite_stock", 0))
-        for sample in record.get("truth") or []:
+            layer.max_abs = _worse(layer.max_abs, data.max_abs)
+            layer.nonfinite_custom += data.nonfinite_custom
+            layer.nonfinite_stock += data.nonfinite_stock
+        for sample in record.truth:
             self._add_truth(where, sample)
         return True
 

@@ -15,11 +15,13 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from cutover.hostprotocol import phases
 from cutover.config import Host, Settings
-from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
+from cutover.hostprotocol import phases
+from cutover.hostprotocol.phases import PhaseRecord
+from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
+from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
@@ -72,16 +74,6 @@ def parse_lock(text: str) -> LockRecord:
         return LockRecord(**{k: data[k] for k in LockRecord.__dataclass_fields__ if k in data})
     except (ValueError, TypeError):
         return LockRecord(owner="<unreadable lock file>", action="?", acquired_at=0.0, expires_at=0.0, client="")
-
-
-@dataclass
-class PhaseRecord:
-    phase: str = "idle"
-    release_id: str | None = None
-    updated_at: float = 0.0
-    set_by: str = ""
-    reason: str = ""
-    run_id: str | None = None
 
 
 @dataclass
@@ -284,12 +276,11 @@ class HostState:
         text = self.transport.read_text(self.paths.phase)
         if text is None:
             return PhaseRecord()
-        try:
-            data = json.loads(text)
-            return PhaseRecord(**{k: data[k] for k in PhaseRecord.__dataclass_fields__ if k in data})
-        except (ValueError, TypeError) as exc:
-            raise HostError(f"host {self.host.name}: {self.paths.phase} is corrupt ({exc})",
-                            hint="run `cutover rollback`, then `cutover stage` to re-establish the phase") from exc
+        record = PhaseRecord.parse(text)
+        if record is None:
+            raise HostError(f"host {self.host.name}: {self.paths.phase} is corrupt (not a phase record)",
+                            hint="run `cutover rollback`, then `cutover stage` to re-establish the phase")
+        return record
 
     def check_phase(self, target: str) -> PhaseRecord:
         """The current phase record, or PhaseError if `target` may not follow it."""
@@ -312,7 +303,7 @@ class HostState:
             current = self.check_phase(target)
         record = PhaseRecord(target, release_id if release_id is not None else current.release_id, self.now(),
                              self.settings.operator, reason, run_id)
-        self.transport.write_atomic(self.paths.phase, json.dumps(asdict(record), sort_keys=True))
+        self.transport.write_atomic(self.paths.phase, record.to_text())
         return record
 
     # heartbeats and acknowledgement ---------------------------------------------------------------------
@@ -413,7 +404,7 @@ class HostState:
                 summaries[rank] = summarize_stats(record)
         return summaries
 
-    def _last_stats_record(self, path: str) -> dict | None:
+    def _last_stats_record(self, path: str) -> StatsRecord | None:
         """The last whole stats line that holds layers (a line of a 61-layer model is ~16 KB; a truth-only line
         has none; the last line may be half-written), read from a tail window that doubles up to a cap."""
         window = STATS_TAIL_BYTES
@@ -422,11 +413,8 @@ class HostState:
             if text is None:
                 return None
             for line in reversed(text.splitlines()):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and record.get("layers"):
+                record = StatsRecord.from_line(line)
+                if record is not None and record.layers:
                     return record
             if window >= STATS_TAIL_MAX_BYTES or (self.transport.size(path) or 0) <= window:
                 return None  # the cap, or the whole file was in the window already
@@ -441,16 +429,16 @@ def release_of(views: list[RankView]) -> str | None:
     return None
 
 
-def summarize_stats(record: dict) -> dict:
-    """Collapse one stats record (architecture.md) to the worst values over its layers."""
-    layers = (record.get("layers") or {}).values()
+def summarize_stats(record: StatsRecord) -> dict:
+    """Collapse one stats record to the worst values over its layers."""
+    layers = record.layers.values()
     return {
-        "ts": record.get("ts"),
-        "mode": record.get("mode"),
-        "kernel": record.get("kernel"),
-        "calls": sum(layer.get("calls", 0) for layer in layers),
-        "compared": sum(layer.get("compared", 0) for layer in layers),
-        "rel_l2_max": max((layer.get("rel_l2_max", 0.0) for layer in layers), default=None),
-        "max_abs": max((layer.get("max_abs", 0.0) for layer in layers), default=None),
-        "nonfinite": sum(layer.get("nonfinite_custom", 0) + layer.get("nonfinite_stock", 0) for layer in layers),
+        "ts": record.ts,
+        "mode": record.mode,
+        "kernel": record.kernel,
+        "calls": sum(layer.calls for layer in layers),
+        "compared": sum(layer.compared for layer in layers),
+        "rel_l2_max": max((layer.rel_l2_max for layer in layers), default=None),
+        "max_abs": max((layer.max_abs for layer in layers), default=None),
+        "nonfinite": sum(layer.nonfinite_custom + layer.nonfinite_stock for layer in layers),
     }

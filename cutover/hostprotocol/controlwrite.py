@@ -13,7 +13,7 @@ its connection in the middle (one as far in the future, by a clock since stepped
 caller journals that. A writer checks that it still holds the lock just before it writes. The ranks never take
 it: they only read control.json, which is always replaced whole.
 
-Standard library only: the Ansible module imports this on the host (module_utils/cutover_controlwrite.py).
+Standard library only: the Ansible module imports this on the host (cutover_hostprotocol/controlwrite.py).
 """
 
 from __future__ import annotations

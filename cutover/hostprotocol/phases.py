@@ -5,10 +5,14 @@
     any phase but idle -> rolled_back (rollback is always allowed: it is the safe direction)
 
 Standard library only: the stage playbook's host-side module uses it too, so the operator side and the host
-agree on one table. `refusal()` says why a transition is not allowed and what to do instead.
+agree on one table and one record (`PhaseRecord`, phase.json). `refusal()` says why a transition is not allowed
+and what to do instead.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
 
 PHASES = ("idle", "staged", "shadowing", "shadow_passed", "shadow_failed", "promoted", "rolled_back")
 
@@ -37,6 +41,39 @@ _ADVICE = {
     ("promoted", "promoted"): "already promoted: nothing to do",
     ("idle", "rolled_back"): "nothing was ever staged on this host: there is nothing to roll back",
 }
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """phase.json: the host's phase, the release it concerns, and who set it when and why."""
+
+    phase: str = "idle"
+    release_id: str | None = None
+    updated_at: float = 0.0
+    set_by: str = ""
+    reason: str = ""
+    run_id: str | None = None
+
+    def to_text(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str) -> PhaseRecord | None:
+        """The record phase.json holds, or None when it is damaged (not an object naming a phase, or a field of the
+        wrong type); unknown fields are ignored. An unknown phase name is kept: `refusal` explains it."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+            return None
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        optional_text = (fields.get("release_id"), fields.get("run_id"))
+        if (not all(value is None or isinstance(value, str) for value in optional_text)
+                or not all(isinstance(fields.get(name, ""), str) for name in ("set_by", "reason"))
+                or type(fields.get("updated_at", 0.0)) not in (int, float)):
+            return None
+        return cls(**fields)
 
 
 def refusal(current: str, target: str) -> str | None:

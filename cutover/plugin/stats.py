@@ -1,4 +1,4 @@
-"""Drain the device counters into ``stats/rank-<r>.jsonl`` (docs/architecture.md) and heartbeat totals.
+"""Drain the device counters into ``stats/rank-<r>.jsonl`` (a `StatsRecord` per line) and heartbeat totals.
 
 Sums (calls, compared, non-finite counts, histogram) are written as deltas over the interval.
 ``rel_l2_max`` and ``max_abs`` are the maxima since the current generation was applied (device counters are
@@ -13,21 +13,22 @@ import time
 import torch
 
 from cutover.hostprotocol.hostlayout import append_jsonl
+from cutover.hostprotocol.statsrecord import LayerRecord, StatsRecord
 from cutover.plugin.devicestate import (CALLS, COMPARED, HIST, MAX_ABS, REL_L2_MAX, nonfinite_custom,
                                         nonfinite_stock)
 
 
-def layer_record(now_row: torch.Tensor, before_row: torch.Tensor) -> dict:
+def layer_record(now_row: torch.Tensor, before_row: torch.Tensor) -> LayerRecord:
     delta = now_row - before_row
-    return {
-        "calls": int(delta[CALLS]),
-        "compared": int(delta[COMPARED]),
-        "rel_l2_max": float(now_row[REL_L2_MAX]),
-        "rel_l2_hist": [int(x) for x in delta[HIST:].tolist()],
-        "max_abs": float(now_row[MAX_ABS]),
-        "nonfinite_custom": int(nonfinite_custom(delta)),
-        "nonfinite_stock": int(nonfinite_stock(delta)),
-    }
+    return LayerRecord(
+        calls=int(delta[CALLS]),
+        compared=int(delta[COMPARED]),
+        rel_l2_max=float(now_row[REL_L2_MAX]),
+        rel_l2_hist=tuple(int(x) for x in delta[HIST:].tolist()),
+        max_abs=float(now_row[MAX_ABS]),
+        nonfinite_custom=int(nonfinite_custom(delta)),
+        nonfinite_stock=int(nonfinite_stock(delta)),
+    )
 
 
 class StatsDrain:
@@ -54,7 +55,7 @@ class StatsDrain:
         self._pending_truth = []
 
     def drain(self, counters: torch.Tensor, *, mode: str, generation: int, release_id: str | None,
-              kernel: str, truth: list[dict], write: bool) -> dict | None:
+              kernel: str, truth: list[dict], write: bool) -> StatsRecord | None:
         """Fold a counters copy into the totals; when ``write`` (or truth samples wait) append a stats line
         covering everything since the previous line written, and return it. A line that cannot be appended
         is counted in ``write_errors`` and raised (OSError); its interval and truth samples go into the next
@@ -76,17 +77,17 @@ class StatsDrain:
             return None
         before = self._line_before if self._line_before is not None else torch.zeros_like(counters)
         active = torch.nonzero(counters[:, CALLS] - before[:, CALLS] > 0).flatten().tolist()
-        record = {
-            "ts": now, "rank": self.rank, "generation": generation, "mode": mode, "release_id": release_id,
-            "interval_s": round(now - self._last_at, 3), "kernel": kernel,
-            "layers": {str(layer): layer_record(counters[layer], before[layer]) for layer in active},
-            "truth": truth,
-        }
         if not active and not truth:
             self._line_before, self._last_at = counters, now
             return None
+        record = StatsRecord(
+            ts=now, rank=self.rank, generation=generation, mode=mode, release_id=release_id,
+            interval_s=round(now - self._last_at, 3), kernel=kernel,
+            layers={str(layer): layer_record(counters[layer], before[layer]) for layer in active},
+            truth=tuple(truth),
+        )
         try:
-            append_jsonl(self.path, record)
+            append_jsonl(self.path, record.to_json())
         except OSError:
             self.write_errors += 1
             self._pending_truth = truth

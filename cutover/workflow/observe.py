@@ -7,7 +7,6 @@ a host whose clock is off cannot look alive or dead; an unreachable host's ranks
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Callable, TypeVar
 from checks.gates import RankObservation
 from cutover.config import Host, Settings
 from cutover.errors import CutoverError, HostError
+from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.hoststate import HostState, LockRecord, RankView
 from cutover.transport import open_transport
 from cutover.workflow.probes import ServerSample
@@ -182,16 +182,14 @@ class StatsTail:
         for rank in self.offsets:
             self.offsets[rank] = state.transport.size(state.paths.stats_file(rank)) or 0
 
-    def read_new(self, state: HostState) -> list[dict]:
+    def read_new(self, state: HostState) -> list[StatsRecord]:
+        """The records appended since the last read; a torn, foreign or damaged line never counts for or
+        against a run."""
         records = []
         for rank, offset in self.offsets.items():
             chunk = state.transport.read_from(state.paths.stats_file(rank), offset)
             if chunk is None:
                 continue
             text, self.offsets[rank] = chunk
-            for line in text.splitlines():
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    continue  # a torn or foreign line never counts for or against a run
+            records.extend(record for line in text.splitlines() if (record := StatsRecord.from_line(line)))
         return records

@@ -43,13 +43,13 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
     for host, record in store.iter_stats():
         if not summary.add(host, record):
             continue
-        second = round(record["ts"] - offsets.get(host, 0.0) - start)  # the host's time on the operator's clock
-        for name, data in record.get("layers", {}).items():
-            p99 = hist_quantile(data.get("rel_l2_hist") or [], 0.99, float(data.get("rel_l2_max", math.inf)))
+        second = round(record.ts - offsets.get(host, 0.0) - start)  # the host's time on the operator's clock
+        for name, data in record.layers.items():
+            p99 = hist_quantile(list(data.rel_l2_hist), 0.99, data.rel_l2_max)
             if p99 is not None:
                 worst[name][second] = max(worst[name][second], p99)
-            compared[second] += int(data.get("compared", 0))
-        truth.extend({"host": host, "rank": record.get("rank"), **sample} for sample in record.get("truth", []))
+            compared[second] += data.compared
+        truth.extend({"host": host, "rank": record.rank, **sample} for sample in record.truth)
     series = {
         "interval_p99": {k: sorted(v.items()) for k, v in worst.items()},
         "compared": sorted(compared.items()),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from checks.policy import Policy
 
 from cutover.errors import ConfigError
 from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text
+from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.workflow.verdict import VerdictRecord
 
 REPORTS_DIR_ENV = "CUTOVER_REPORTS_DIR"
@@ -75,12 +77,12 @@ class RunStore:
     def load_run(self) -> dict:
         return json.loads(self._read(self.run_file))
 
-    def append_stats(self, host: str, rank: int, record: dict) -> None:
-        append_jsonl(str(self.stats_file(host, rank)), record)
+    def append_stats(self, host: str, record: StatsRecord) -> None:
+        append_jsonl(str(self.stats_file(host, record.rank)), record.to_json())
 
-    def iter_stats(self):
+    def iter_stats(self) -> Iterator[tuple[str, StatsRecord]]:
         """Yield (host, record) for every stored stats record of this run, reading each file line by line; a
-        line that is not a JSON object (cut short on a full disk) is skipped and counted in unreadable_lines."""
+        line that is not a stats record (cut short on a full disk) is skipped and counted in unreadable_lines."""
         self.unreadable_lines = 0
         stats_dir = self.dir / "stats"
         if not stats_dir.is_dir():
@@ -91,7 +93,7 @@ class RunStore:
                     for line in lines:
                         if not line.strip():
                             continue
-                        record = _json_object(line)
+                        record = StatsRecord.from_line(line)
                         if record is None:
                             self.unreadable_lines += 1
                         else:
@@ -113,14 +115,6 @@ class RunStore:
                 f"run {self.run_id}: {path} not found",
                 hint="run `cutover report` with a run id listed under the reports directory",
             ) from None
-
-
-def _json_object(line: str) -> dict | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def latest_run_id(root: str | Path | None = None) -> str:

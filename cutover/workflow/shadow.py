@@ -24,7 +24,8 @@ from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
 from checks.policy import Policy, shadow_thresholds
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
-from cutover.hoststate import LockRecord, PhaseRecord
+from cutover.hostprotocol.phases import PhaseRecord
+from cutover.hoststate import LockRecord
 from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks
 from cutover.workflow.load import LoadDriver, LoadSpec
@@ -388,7 +389,7 @@ class _ShadowRun:
     def _ingest(self, run: _HostRun) -> None:
         for record in run.tail.read_new(run.link.state):
             if self.summary.add(run.link.name, record):
-                self.store.append_stats(run.link.name, int(record.get("rank", -1)), record)
+                self.store.append_stats(run.link.name, record)
 
     def _observations(self) -> list[RankObservation]:
         return [tracker.observation() for run in self.runs for tracker in run.trackers]

@@ -17,14 +17,14 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cutover_acceptance import (
+from ansible.module_utils.cutover_hostprotocol.acceptance import (
     PYTHON_DIR,
     log_tail,
     mps_control_pipe,
     recorded_pass,
     run_acceptance,
 )
-from ansible.module_utils.cutover_hostlayout import (
+from ansible.module_utils.cutover_hostprotocol.hostlayout import (
     HostPaths,
     append_jsonl,
     atomic_write_text,

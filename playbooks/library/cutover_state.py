@@ -1,8 +1,8 @@
 #!/usr/bin/python
 """Ansible module: the host-side state changes of stage and rollback, with the shared file protocol.
 
-Uses the same code as the operator side (module_utils/cutover_hostlayout.py and cutover_phases.py are
-links to cutover/hostprotocol/hostlayout.py and cutover/hostprotocol/phases.py), so both sides read and write one format.
+Uses the same code as the operator side (module_utils/cutover_hostprotocol is a link to the package
+cutover/hostprotocol/), so both sides read and write one format.
 
 actions:
   stage        create the state dirs; control.json in mode triton (created if absent or corrupt; a non-triton
@@ -21,7 +21,7 @@ actions:
                playbooks/rollback.yml, so once per run, on either path); after a switch, a phase other than idle
                becomes rolled_back with the restored release
 
-Every write of control.json holds the control write lock (module_utils/cutover_controlwrite.py), as the CLI's
+Every write of control.json holds the control write lock (cutover_hostprotocol/controlwrite.py), as the CLI's
 writes do, so a lease renewal or another mode change cannot interleave with it.
 
 A new control generation is hostlayout.next_generation: above the file's and above every generation a rank's
@@ -37,8 +37,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cutover_controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
-from ansible.module_utils.cutover_hostlayout import (
+from ansible.module_utils.cutover_hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
+from ansible.module_utils.cutover_hostprotocol.hostlayout import (
     ControlRecord,
     HostPaths,
     append_jsonl,
@@ -50,7 +50,7 @@ from ansible.module_utils.cutover_hostlayout import (
     recorded_heartbeats,
     sha256_file,
 )
-from ansible.module_utils.cutover_phases import phase_after_stage
+from ansible.module_utils.cutover_hostprotocol.phases import PhaseRecord, phase_after_stage
 
 DOCUMENTATION = r"""
 module: cutover_state
@@ -113,7 +113,7 @@ def write_triton(paths, lock, current, beats, operator, reason, release_id):
 
 @contextlib.contextmanager
 def control_write_lock(module, paths, params):
-    """Hold the control write lock (module_utils/cutover_controlwrite.py) for one read-modify-write of
+    """Hold the control write lock (cutover_hostprotocol/controlwrite.py) for one read-modify-write of
     control.json; in check mode nothing is written, so nothing is taken. A broken stale lock is journaled."""
     if module.check_mode:
         yield None
@@ -162,10 +162,10 @@ def stage(module, paths, params):
                                       "stage " + params["release_id"], params["release_id"])
                 append_jsonl(paths.journal, journal_entry("control_initialized", params["operator"],
                                                           generation=record.generation, mode="triton"))
-    phase = read_phase(paths) or {}
-    old_phase = phase.get("phase", "idle")
-    new_phase = phase_after_stage(old_phase, phase.get("release_id"), params["release_id"])
-    if new_phase != old_phase or phase.get("release_id") != params["release_id"]:
+    phase = read_phase(paths) or PhaseRecord()  # a damaged one is rewritten
+    old_phase = phase.phase
+    new_phase = phase_after_stage(old_phase, phase.release_id, params["release_id"])
+    if new_phase != old_phase or phase.release_id != params["release_id"]:
         changed = True
         notes.append("phase %s -> %s" % (old_phase, new_phase))
         if not module.check_mode:
@@ -174,18 +174,19 @@ def stage(module, paths, params):
 
 
 def read_phase(paths):
-    """phase.json as a dict: {} when there is none; None when it is corrupt (not an object naming a phase)."""
-    data = read_json(paths.phase)
-    if data is None:
-        return {}
-    return data if isinstance(data, dict) and isinstance(data.get("phase"), str) else None
+    """phase.json's PhaseRecord: the idle record when there is none; None when it is damaged."""
+    try:
+        with open(paths.phase) as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return PhaseRecord()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return PhaseRecord.parse(text)
 
 
 def write_phase(paths, phase, release_id, operator, reason):
-    """phase.json with the fields of the operator side's PhaseRecord (cutover/hoststate.py)."""
-    atomic_write_text(paths.phase, json.dumps({"phase": phase, "release_id": release_id, "updated_at": time.time(),
-                                               "set_by": operator, "reason": reason, "run_id": None},
-                                              sort_keys=True))
+    atomic_write_text(paths.phase, PhaseRecord(phase, release_id, time.time(), operator, reason).to_text())
 
 
 def file_mismatches(release_dir, files):
@@ -269,8 +270,8 @@ def rollback(module, paths, params):
                                               already_triton=already, path="ansible", reason=params["reason"],
                                               acknowledged=not behind))
     phase = read_phase(paths)
-    if phase is None or phase.get("phase", "idle") not in ("idle", "rolled_back"):  # a corrupt one is rewritten
-        write_phase(paths, "rolled_back", (phase or {}).get("release_id"), params["operator"],
+    if phase is None or phase.phase not in ("idle", "rolled_back"):  # a damaged one is rewritten
+        write_phase(paths, "rolled_back", phase.release_id if phase else None, params["operator"],
                     params["reason"] or "rollback")
         result["changed"] = True
     if behind:
@@ -356,7 +357,7 @@ def rollback_release(module, paths, params):
         return {"changed": True}
     if params["to_previous"] and params["release_id"]:
         phase = read_phase(paths)
-        if phase is None or phase.get("phase", "idle") != "idle":
+        if phase is None or phase.phase != "idle":
             write_phase(paths, "rolled_back", params["release_id"], params["operator"], "rollback --to previous")
     append_jsonl(paths.journal, journal_entry(
         "rollback_release", params["operator"], to_previous=params["to_previous"], uninstall=params["uninstall"],

@@ -10,6 +10,7 @@ from cutover import config
 from cutover.config import Settings
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
 from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat
+from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.hoststate import STATS_TAIL_BYTES, HostState, summarize_stats
 from cutover.transport import LocalTransport
 
@@ -177,7 +178,7 @@ def test_journal_tail_verdict_and_divergence(local_inventory, state_dir):
     state.transport.write_atomic(f"{state.paths.verdicts}/20261129T0800Z-a.json", json.dumps({"verdict": "fail"}))
     state.transport.write_atomic(f"{state.paths.verdicts}/20261129T0900Z-b.json", json.dumps({"verdict": "pass"}))
     assert state.latest_verdict() == {"verdict": "pass"}
-    line = {"ts": 1.0, "mode": "shadow", "kernel": "cuda", "layers": {
+    line = {"ts": 1.0, "rank": 1, "generation": 3, "mode": "shadow", "kernel": "cuda", "layers": {
         "3": {"calls": 10, "compared": 5, "rel_l2_max": 1e-3, "max_abs": 0.5, "nonfinite_custom": 1,
               "nonfinite_stock": 0},
         "4": {"calls": 10, "compared": 5, "rel_l2_max": 4e-3, "max_abs": 0.1, "nonfinite_custom": 0,
@@ -185,15 +186,16 @@ def test_journal_tail_verdict_and_divergence(local_inventory, state_dir):
     state.transport.append_line(state.paths.stats_file(1), json.dumps(line))
     summary = state.recent_divergence()
     assert list(summary) == [1]
-    assert summary[1] == summarize_stats(line) == {"ts": 1.0, "mode": "shadow", "kernel": "cuda", "calls": 20,
+    assert summary[1] == summarize_stats(StatsRecord.parse(line)) == {"ts": 1.0, "mode": "shadow", "kernel": "cuda", "calls": 20,
                                                    "compared": 10, "rel_l2_max": 4e-3, "max_abs": 0.5, "nonfinite": 3}
 
 
 def stats_line(layers: int, rel_l2_max: float) -> dict:
-    """A stats record shaped like the plugin's (docs/architecture.md), with `layers` layers."""
+    """A stats record shaped like the plugin's (`StatsRecord`), with `layers` layers."""
     entry = {"calls": 10, "compared": 5, "rel_l2_max": rel_l2_max, "max_abs": 0.5, "nonfinite_custom": 0,
              "nonfinite_stock": 0, "rel_l2_hist": [0] * 20 + [5] + [0] * 20}
-    return {"ts": 1.0, "mode": "shadow", "kernel": "cuda", "layers": {str(i): entry for i in range(layers)}}
+    return {"ts": 1.0, "rank": 0, "generation": 3, "mode": "shadow", "kernel": "cuda",
+            "layers": {str(i): entry for i in range(layers)}}
 
 
 def test_divergence_of_a_model_with_many_layers_skips_half_and_truth_only_lines(local_inventory):
@@ -205,10 +207,11 @@ def test_divergence_of_a_model_with_many_layers_skips_half_and_truth_only_lines(
     big = stats_line(400, 2e-3)  # longer than the first window, so the window grows
     assert len(json.dumps(big)) > STATS_TAIL_BYTES
     state.transport.append_line(path, json.dumps(big))
-    state.transport.append_line(path, json.dumps({"ts": 2.0, "mode": "shadow", "layers": {}, "truth": []}))
+    state.transport.append_line(path, json.dumps({"ts": 2.0, "rank": 0, "generation": 3, "mode": "shadow",
+                                                  "layers": {}, "truth": []}))
     with open(path, "a") as handle:
         handle.write(json.dumps(stats_line(80, 9e-3))[:5000])  # a line being appended
-    assert state.recent_divergence()[0] == summarize_stats(big)
+    assert state.recent_divergence()[0] == summarize_stats(StatsRecord.parse(big))
 
 
 def test_read_from_returns_whole_lines_and_the_next_offset(tmp_path):
@@ -245,8 +248,9 @@ class SlowLink(LocalTransport):
 
 def test_each_rank_is_aged_when_its_heartbeat_is_read(local_inventory):
     state = make_state(local_inventory)
+    written_at = time.time()  # one time for both, so only the reads' spacing can separate their ages
     for rank in (0, 1):
-        write_heartbeat(state, rank, 1, written_at=time.time())
+        write_heartbeat(state, rank, 1, written_at=written_at)
     slow = HostState(state.host, SlowLink(state.host.name), state.settings)
     first, second = slow.ranks()
     assert second.age_s - first.age_s >= 0.45  # the second read came 0.5 s later: not one `now` for both

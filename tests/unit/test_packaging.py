@@ -13,8 +13,9 @@ def test_wheel_lists_playbooks_inventories_and_policies(wheel):
     for required in ("cutover/data/playbooks/preflight.yml", "cutover/data/playbooks/stage.yml",
                      "cutover/data/playbooks/rollback.yml", "cutover/data/playbooks/library/cutover_state.py",
                      "cutover/data/playbooks/library/cutover_preflight.py",
-                     "cutover/data/playbooks/module_utils/cutover_hostlayout.py",
-                     "cutover/data/playbooks/module_utils/cutover_phases.py",
+                     "cutover/data/playbooks/module_utils/cutover_hostprotocol/__init__.py",
+                     "cutover/data/playbooks/module_utils/cutover_hostprotocol/hostlayout.py",
+                     "cutover/data/playbooks/module_utils/cutover_hostprotocol/phases.py",
                      "cutover/data/inventories/local.yml", "cutover/data/inventories/ct200.yml",
                      "checks/policies/default.yml"):
         assert required in names, f"{required} missing from {wheel.name}"
@@ -31,5 +32,5 @@ def test_installed_wheel_resolves_its_own_resources(wheel, tmp_path):
     paths = [Path(line) for line in out.stdout.splitlines()]
     for path in paths:
         assert path.is_file() and not path.is_symlink() and site in path.parents, path
-    module_util = site / "cutover/data/playbooks/module_utils/cutover_hostlayout.py"
+    module_util = site / "cutover/data/playbooks/module_utils/cutover_hostprotocol/hostlayout.py"
     assert module_util.read_text() == (REPO / "cutover/hostprotocol/hostlayout.py").read_text()

@@ -1,8 +1,9 @@
-"""Build stats records in the plugin's format (docs/architecture.md) from plain per-call numbers."""
+"""Build stats records in the plugin's format (`StatsRecord`) from plain per-call numbers."""
 
 import bisect
 
 from cutover.hostprotocol.hostlayout import REL_L2_BIN_EDGES
+from cutover.hostprotocol.statsrecord import StatsRecord
 
 
 def histogram(values):
@@ -25,7 +26,8 @@ def layer(rel_l2_values, *, max_abs=1e-3, nonfinite_custom=0, nonfinite_stock=0,
 
 
 def record(layers, *, ts=1000.0, rank=0, generation=3, mode="shadow", truth=()):
-    return {
+    """The StatsRecord of these layers (each a `layer(...)` dict), read the way every reader reads a line."""
+    parsed = StatsRecord.parse({
         "ts": ts,
         "rank": rank,
         "generation": generation,
@@ -35,4 +37,6 @@ def record(layers, *, ts=1000.0, rank=0, generation=3, mode="shadow", truth=()):
         "kernel": "reference (no GPU)",
         "layers": layers,
         "truth": list(truth),
-    }
+    })
+    assert parsed is not None, "not a valid stats record"
+    return parsed

@@ -48,7 +48,7 @@ def test_bad_policy_field_is_named_by_the_cli(cli, tmp_path):
 def test_report_of_a_stored_run_prints_its_path(cli, tmp_path):
     store = RunStore(tmp_path / "reports", "20261129T100000Z-cafe01")
     store.save_run(run_meta(store.run_id, "rel-a", {"h1": 2}, 1000.0, load_policy(), 1, ["cuda"]))
-    store.append_stats("h1", 0, record({"0": layer([1e-3] * 4)}, ts=1001.0, generation=2))
+    store.append_stats("h1", record({"0": layer([1e-3] * 4)}, ts=1001.0, generation=2))
     result = cli("--json", "report", "--reports-dir", tmp_path / "reports")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)

@@ -23,15 +23,14 @@ def stored_run(tmp_path, *, with_verdict=True):
         rel = 0.4 if second == 3 else 1e-3
         store.append_stats(
             "h1",
-            0,
             record(
                 {"0": layer([1e-3] * 3), "17": layer([1e-3, rel])},
                 ts=START + second,
                 truth=[{"layer": 17, "err_custom": 2e-3, "err_stock": 2e-3}],
             ),
         )
-        store.append_stats("h2", 1, record({"0": layer([1e-3] * 3)}, ts=START + second, rank=1, generation=8))
-    store.append_stats("h2", 1, record({"0": layer([0.9])}, ts=START + 6, rank=1, generation=7))  # older run
+        store.append_stats("h2", record({"0": layer([1e-3] * 3)}, ts=START + second, rank=1, generation=8))
+    store.append_stats("h2", record({"0": layer([0.9])}, ts=START + 6, rank=1, generation=7))  # older run
     if with_verdict:
         store.save_verdict(
             VerdictRecord(
@@ -102,7 +101,7 @@ def _strict_constant(name):
 
 def test_a_cut_short_stats_line_is_skipped_and_counted_and_non_finite_values_stay_strict_json(tmp_path):
     store = stored_run(tmp_path)
-    store.append_stats("h1", 0, record({"5": layer([float("nan")])}, ts=START + 5))
+    store.append_stats("h1", record({"5": layer([float("nan")])}, ts=START + 5))
     with open(store.stats_file("h1", 0), "a") as handle:
         handle.write('{"ts": 1764400006.0, "layers": {"0": {"calls')  # a write cut short by a full disk
     files = write_report(store)
@@ -119,8 +118,8 @@ def test_stats_times_go_onto_the_operator_clock_by_each_hosts_offset(tmp_path):
     store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3, "h2": 8}, START, load_policy(), 4, ["reference (no GPU)"],
                             {"h1": 0.0, "h2": 100.0}))
     for second in range(3):
-        store.append_stats("h1", 0, record({"0": layer([1e-3] * 2)}, ts=START + second))
-        store.append_stats("h2", 1, record({"0": layer([1e-3] * 5)}, ts=START + 100 + second, rank=1, generation=8))
+        store.append_stats("h1", record({"0": layer([1e-3] * 2)}, ts=START + second))
+        store.append_stats("h2", record({"0": layer([1e-3] * 5)}, ts=START + 100 + second, rank=1, generation=8))
 
     files = write_report(store)
     report = json.loads(files.json.read_text())
