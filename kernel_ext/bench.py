@@ -1,6 +1,6 @@
 """Benchmark of the CUDA verify kernel against SGLang's Triton kernels, with both roofline ceilings.
 
-    python -m kernel_ext.bench [--grid full|quick|mixed|...] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
+    python -m kernel_ext.bench [--grid full|quick|mixed|...] [--out DIR] [--label rc1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
 SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. Each
