@@ -1,6 +1,6 @@
 """Measure the shadow divergence a correct kernel produces, to calibrate the gate thresholds (docs/gates.md).
 
-    python -m checks.calibrate [--out results/gate_calibration_cpu.json]
+    python -m checks.calibrate [--out reports/gate_calibration_cpu.json]
 
 On the CPU this compares the two torch kernels the sandbox shadows (reference computed in float32 as the
 stock path, split-K with bf16 softmax weights as the custom path), both rounded to bf16 outputs, on bf16
@@ -52,7 +52,7 @@ def measure(H: int, T: int, batch: int, prefix: int, mask: str, seed: int) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/gate_calibration_cpu.json")
+    parser.add_argument("--out", default="reports/gate_calibration_cpu.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []

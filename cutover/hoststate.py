@@ -1,4 +1,4 @@
-"""A host's state files (DESIGN.md host layout), read and written through a Transport.
+"""A host's state files (the layout of `cutover.hostprotocol.hostlayout`), read and written through a Transport.
 
 control.json (atomic writes under the control write lock, generation bumps), journal.jsonl (append only), the
 operator lock (owner, expiry, takeover of an expired lock), phase.json (state machine of `cutover.hostprotocol.phases`),

@@ -1,7 +1,7 @@
 """File access to one host's state: the local filesystem, or paramiko SFTP with verified host keys.
 
 This is the fast path (status reads, lease renewals, the emergency rollback). It only reads and writes the
-small state files of DESIGN.md; everything that deploys or installs goes through Ansible.
+small state files of `cutover.hostprotocol.hostlayout`; everything that deploys or installs goes through Ansible.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark of the CUDA verify kernel against SGLang's Triton kernels, with both roofline ceilings.
 
-    python -m kernel_ext.bench [--grid full|quick|mixed|...] [--out DIR] [--label v1] [--no-triton] [--no-early-start]
+    python -m kernel_ext.bench [--grid full|quick|mixed|...] [--out DIR] [--label rc1] [--no-triton] [--no-early-start]
 
 For every shape (H, T, batch, prefix, mask) it times, as CUDA-graph replays on the same inputs: our kernel,
 SGLang's `extend_attention_fwd` and, for chains, SGLang's `verify_shared_kv_fwd` where it runs. Each
@@ -13,23 +13,24 @@ with early start, as the plugin runs them (each call may plan while the kernel b
 previous call's combine, in the plugin the gate); --no-early-start times them in plain stream order. The mixed
 grid times batches whose requests have different prefix lengths (MIXES), each beside its even twin (the same batch
 and keys, every prefix alike): `mix_cost`, the mix's time over its twin's, is what the mix costs the plan's
-balance. Writes bench.json, bench.md and bench.png into --out.
+balance. Writes bench.json, bench.md and bench.png into --out (`kernel_ext.bench_report`).
 """
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import random
 import statistics
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import torch
 
 from kernel_ext import api
+from kernel_ext.bench_report import write_json, write_report
 from kernel_ext.cudagraph import capture_graph, replay_ms, time_queued
 from kernel_ext.gpu_parity import load_sglang_triton
 from kernel_ext.reference import MLA_QK_DIM, MLA_V_DIM
@@ -235,16 +236,6 @@ def bench_shape(shape: Shape, triton_fwd, shared_fwd, reps: int, triton_reps: in
     return row
 
 
-MEMORY_BOUND_MAX_HT = 64  # issue 6's classes: H x T <= 64 memory-bound, larger compute-bound
-
-
-def shape_class(row: dict) -> str:
-    """A shape's class for the roofline medians, as issue 6 defines it: "memory" where H x T <= 64, else
-    "compute". The larger floor at the run's ceilings (`bound`) agrees except on the ridge (H x T = 128 with
-    P 1024, whose two floors are within 1 %), where it flips with the measured ceilings (docs/perf.md)."""
-    return "memory" if row["H"] * row["T"] <= MEMORY_BOUND_MAX_HT else "compute"
-
-
 def roofline(row: dict, shape: Shape, copy_bw: float, mm_rate: float) -> dict:
     t_mem, t_flop = shape.min_bytes() / copy_bw, shape.flops() / mm_rate
     bound = max(t_mem, t_flop)
@@ -258,66 +249,12 @@ def roofline(row: dict, shape: Shape, copy_bw: float, mm_rate: float) -> dict:
     return row
 
 
-def markdown(report: dict) -> str:
-    lines = [f"# verify kernel benchmark ({report['label']})", "",
-             f"{report['gpu']}, torch {report['torch']}, triton {report['triton']}; copy {report['copy_gbs']:.0f} GB/s, "
-             f"bf16 matmul {report['matmul_tflops']:.0f} TFLOP/s (measured in this run); ours with early start "
-             f"{'on' if report['early_start'] else 'off'}", "",
-             "| H | T | batch | prefix | mask | ours us | triton us | shared us | x triton | floor us | bound | % roofline |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
-        lines.append(f"| {r['H']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['mask']} | {r['ours_us']:.1f} | "
-                     f"{fmt(r['triton_us'])} | {fmt(r['shared_us'])} | {fmt(r.get('speedup_vs_triton'))} | "
-                     f"{max(r['floor_mem_us'], r['floor_flop_us']):.1f} | {r['bound']} | "
-                     f"{100 * r['roofline_fraction']:.0f} |")
-    mixes = [r for r in report["rows"] if "mix_cost" in r]
-    if mixes:
-        lines += ["", "| H | T | batch | mix | keys | longest prefix | ours us | x its even twin |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['H']} | {r['T']} | {r['batch']} | {r['prefix'][4:]} | {r['keys']} | {r['longest_prefix']} | "
-                  f"{r['ours_us']:.1f} | {r['mix_cost']:.2f} |" for r in mixes]
-    s = report["summary"]
-    lines += ["", f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); "
-              f"median roofline fraction: memory-bound {s['median_roof_memory']}, compute-bound {s['median_roof_compute']}"]
-    return "\n".join(lines) + "\n"
-
-
-def plot(report: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    labels = [f"{r['H']}/{r['T']}/{r['batch']}/{r['prefix']}" for r in rows]
-    x = range(len(rows))
-    axes[0].bar(x, [r.get("speedup_vs_triton") or 0 for r in rows])
-    axes[0].set_yscale("log")
-    axes[0].set_title("speedup vs SGLang Triton extend_attention_fwd")
-    axes[1].bar(x, [100 * r["roofline_fraction"] for r in rows],
-                color=["tab:blue" if shape_class(r) == "memory" else "tab:orange" for r in rows])
-    axes[1].set_title("% of roofline bound (blue memory-bound, orange compute-bound)")
-    for ax in axes:
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(labels, rotation=90, fontsize=4)
-        ax.set_xlabel("H/T/batch/prefix")
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-
-
-def summarise(rows: list[dict]) -> dict:
-    speed = [r["speedup_vs_triton"] for r in rows if r.get("speedup_vs_triton")]
-    mem = sorted(r["roofline_fraction"] for r in rows if shape_class(r) == "memory")
-    comp = sorted(r["roofline_fraction"] for r in rows if shape_class(r) == "compute")
-    shared = [r["speedup_vs_shared"] for r in rows if r.get("speedup_vs_shared")]
-    med = lambda v: round(statistics.median(v), 3) if v else None  # noqa: E731
-    return dict(median_speedup_vs_shared=med(shared), min_speedup_vs_shared=min(shared) if shared else None,
-                shared_failed=sum(1 for r in rows if r.get("shared_error")),
-                median_speedup=statistics.median(speed) if speed else float("nan"),
-                min_speedup=min(speed) if speed else float("nan"),
-                median_roof_memory=med(mem), median_roof_compute=med(comp),
-                min_roof_memory=min(mem) if mem else None, min_roof_compute=min(comp) if comp else None)
+def _sglang_version() -> str | None:
+    """The installed SGLang's version, or None where its kernels come from a source tree on PYTHONPATH."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def main(argv=None) -> int:
@@ -357,17 +294,12 @@ def main(argv=None) -> int:
               f"{100 * row['roofline_fraction']:5.1f}% ({row['bound']})", flush=True)
         del shape
         torch.cuda.empty_cache()
-        report = dict(label=args.label, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                      triton=triton.__version__, copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12,
-                      early_start=not args.no_early_start, seconds=time.time() - started, rows=rows,
-                      summary=summarise(rows))
-        (args.out / "bench.json").write_text(json.dumps(report, indent=1))  # a run cut short keeps its rows
-    (args.out / "bench.md").write_text(markdown(report))
-    try:
-        plot(report, args.out / "bench.png")
-    except ImportError:  # a serving environment (CT200's) may lack matplotlib: the JSON and Markdown are written
-        print("bench.png not drawn: matplotlib is not installed", flush=True)
-    s = report["summary"]
+        run = dict(label=args.label, grid=args.grid, gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                   triton=triton.__version__, sglang=_sglang_version(), cuda=torch.version.cuda,
+                   copy_gbs=copy_bw / 1e9, matmul_tflops=mm_rate / 1e12, early_start=not args.no_early_start,
+                   seconds=time.time() - started, rows=rows)
+        write_json([run], args.out)  # a run cut short keeps its rows
+    s = write_report([run], args.out)["runs"][0]["summary"]
     print(f"median speedup vs Triton {s['median_speedup']:.1f}x (min {s['min_speedup']:.1f}x); roofline fraction "
           f"memory-bound median {s['median_roof_memory']} min {s['min_roof_memory']}, compute-bound median "
           f"{s['median_roof_compute']} min {s['min_roof_compute']}")

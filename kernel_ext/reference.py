@@ -1,6 +1,6 @@
 """Torch reference of SGLang's Triton ``extend_attention_fwd`` for speculative target verify.
 
-Two computations of the same semantics (DESIGN.md section 2), from SGLang's own buffers:
+Two computations of the same semantics (docs/kernel.md, "Semantics served"), from SGLang's own buffers:
 
 * ``reference_verify_attention``: exact attention in float64 (or float32), the truth anchor;
 * ``splitk_verify_attention``: the arithmetic of a split-K flash-decode kernel (per-chunk online-softmax

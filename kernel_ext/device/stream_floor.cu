@@ -10,9 +10,9 @@
 // partial once with all SMs, the least a separate merge pass can cost).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernel_ext/csrc kernel_ext/device/stream_floor.cu
 //   ./a.out [json path]
-// -DSTREAM_FLOOR_EVICT_FIRST=1 gathers with the kernel's evict-first L2 hint. With nvcc 13.0 some of that build's
-// copies disassemble as `LDGSTS [R+UR0], desc[UR1]` (the kernel's never do), and it stopped with "illegal
-// instruction" on the H200 in both runs (2026-11-30), so the default build gathers without the hint.
+// docs/perf.md ("Limits") reads its table. -DSTREAM_FLOOR_EVICT_FIRST=1 gathers with the kernel's evict-first L2
+// hint; with nvcc 13.0 some of that build's copies disassemble as `LDGSTS [R+UR0], desc[UR1]` (the kernel's never
+// do) and fail with "illegal instruction" on the H200, so the default build gathers without the hint.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 """GPU parity of the CUDA verify kernel (a representative slice of kernel_ext.gpu_parity's grid).
 
-The full grid (issue 3: H {8,16} x T {1,2,8,16,32,64} x batch {1,3,8,32} x prefix {0,1,7,1000,5000,32768})
+The full grid (H {8,16} x T {1,2,8,16,32,64} x batch {1,3,8,32} x prefix {0,1,7,1000,5000,32768})
 runs as `python -m kernel_ext.gpu_parity --subset full`; these tests keep a slice of it, the live-switch
 checks and a CUDA-graph replay in the suite. Each case: fresh random inputs, unused KV rows NaN, outputs
 NaN-poisoned; pass = our relative L2 error against float64 <= 1.25x SGLang Triton's, every output written.

@@ -1,8 +1,8 @@
 """compute-sanitizer over the kernel's tiny parity subset, in the configuration the device picks and in the small
 mma.sync tiles that sm_120 runs.
 
-synccheck fails on a barrier misuse it can see: it found the aligned `__syncthreads` that warps reached from
-different branches in configuration 2 (v65) and in the wgmma kernel (before v66; results/ab_v66_h200). memcheck
+synccheck fails on a barrier misuse it can see: an aligned `__syncthreads` that warps reach from different
+branches (as configuration 2's roles and the wgmma kernel's parts would, without `sync_block`). memcheck
 fails on any out-of-bounds or misaligned access. racecheck is not run here: it mis-runs barriers that threads
 reach along different paths, which configuration 2's roles and the wgmma kernel's parts have (docs/kernel.md).
 """

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 from kernel_ext.testing import InterpretedSGLangExtendAttention
@@ -21,12 +17,3 @@ def sglang_extend_attention_fwd():
     kernel = InterpretedSGLangExtendAttention()
     yield kernel
     kernel.close()
-
-
-def load_device_tool(name: str) -> ModuleType:
-    """kernel_ext/device/<name>.py, a script directory rather than a package, loaded as a module."""
-    path = Path(__file__).resolve().parents[2] / "kernel_ext" / "device" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

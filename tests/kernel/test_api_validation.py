@@ -115,7 +115,7 @@ def test_bad_macro_name_is_refused_before_nvcc_runs(tmp_path):
 
 
 def test_phase_marks_exist_only_in_the_diagnostic_build(release, tmp_path):
-    """kernel_ext/device/phase_times.py reads the marks through an entry point that releases never carry."""
+    """The phase marks are read through an entry point that releases never carry."""
     phase_lib = build.build_library(tmp_path, ("sm_90a",), defines=("CUTOVER_PHASE_TIMES",))
     assert hasattr(ctypes.CDLL(str(phase_lib)), "cutover_debug_phase_times")
     assert not hasattr(ctypes.CDLL(str(release / build.LIBRARY_NAME)), "cutover_debug_phase_times")

@@ -1,50 +1,11 @@
-"""CPU check that the benchmark's roofline medians and kernel_ext/device/ab_compare.py group shapes by issue 6's
-classes (memory-bound: H x T <= 64), not by whichever floor the run's measured ceilings make the larger."""
+"""CPU checks of the benchmark's shapes: the L2 rotation and the mixed grid's even twins."""
 from __future__ import annotations
 
-import json
-
 import pytest
-
-from .conftest import load_device_tool
 
 pytest.importorskip("torch")
 
 from kernel_ext import bench  # noqa: E402
-
-
-def _row(H, T, prefix, us, bound, fraction):
-    return dict(H=H, T=T, batch=1, prefix=prefix, mask="tree", ours_us=us, bound=bound, roofline_fraction=fraction,
-                floor_mem_us=us * fraction, floor_flop_us=us * fraction)
-
-
-def _rows(scale=1.0):
-    # The H x T = 128, P 1024 shape sits on the ridge: this run's ceilings made its memory floor the larger.
-    return [_row(8, 8, 65536, 33.0 * scale, "memory", 0.55 / scale),
-            _row(8, 8, 16384, 18.0 * scale, "memory", 0.25 / scale),
-            _row(8, 16, 1024, 14.0 * scale, "memory", 0.05 / scale),
-            _row(16, 64, 65536, 4000.0 * scale, "compute", 0.73 / scale)]
-
-
-def test_shape_class_follows_the_issue_not_the_ceilings():
-    assert [bench.shape_class(r) for r in _rows()] == ["memory", "memory", "compute", "compute"]
-
-
-def test_summary_medians_group_the_ridge_shape_with_the_compute_bound_ones():
-    summary = bench.summarise(_rows())
-    assert summary["median_roof_memory"] == round((0.55 + 0.25) / 2, 3)
-    assert summary["median_roof_compute"] == round((0.05 + 0.73) / 2, 3)
-
-
-def test_ab_compare_groups_by_the_issue_classes(tmp_path, capsys):
-    ab_compare = load_device_tool("ab_compare")
-    base, new = tmp_path / "base.json", tmp_path / "new.json"
-    base.write_text(json.dumps({"rows": _rows()}))
-    new.write_text(json.dumps({"rows": _rows(scale=0.9)}))
-    assert ab_compare.main([str(base), str(new)]) == 0
-    out = capsys.readouterr().out
-    assert "memory-bound: median 0.900 min 0.900 max 0.900 (n=2)" in out
-    assert "compute-bound: median 0.900 min 0.900 max 0.900 (n=2)" in out
 
 
 def test_every_rotation_touches_512_mb_and_4x_the_l2_so_no_call_finds_its_rows_in_l2():
