@@ -1,12 +1,14 @@
 """Build libcutover_verify.so from kernel_ext/csrc with nvcc (no torch needed).
 
     python -m kernel_ext.build [--out DIR] [--arch sm_90a --arch sm_120]
+    python -m kernel_ext.build --profile [--out DIR]      # phase marks of csrc/phase_clock.cuh, into build/profile
     python -m kernel_ext.build --resources [--arch ...]   # registers and spills of every kernel, per arch
 
 `build_library` is what `cutover build` packages. The build is all-or-nothing: nvcc writes into a temporary
 directory and the library is moved into place only when it compiled. `kernel_resources` compiles the same
 sources with `-Xptxas -v` and reads what ptxas reports for each kernel: the mma.sync kernels run at or near 255
-registers, so a change can make them spill on one arch and not the other.
+registers, so a change can make them spill on one arch and not the other. A profiling build (`profile=True`,
+`--profile`) defines CUTOVER_PROFILE, which compiles the phase marks in; the release build holds no profiling code.
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ MIN_DRIVER_BY_CUDA = {
 
 LIBRARY_NAME = "libcutover_verify.so"
 CSRC = Path(__file__).resolve().parent / "csrc"
+BUILD_DIR = Path(__file__).resolve().parent / "build"  # the in-repo build output (kernel_ext/_lib.py loads it)
 DEFAULT_ARCHS = ("sm_90a", "sm_120")  # the one default: `cutover build` (cutover/release.py) uses it too
 NVCC_ENV = "CUTOVER_NVCC"
+PROFILE_MACRO = "CUTOVER_PROFILE"  # compiles csrc/phase_clock.cuh's marks and cutover_debug_phase_times in
 
 
 class KernelBuildError(Exception):
@@ -121,13 +125,13 @@ def _abi_version_in_header() -> int:
     return int(match.group(1))
 
 
-def _compile(exe: str, gencode: list[str], targets: str, defines: tuple[str, ...], target: Path,
+def _compile(exe: str, gencode: list[str], targets: str, target: Path,
              extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """nvcc over csrc's .cu files into `target`; a failed compile raises KernelBuildError with nvcc's errors."""
     sources = [str(p) for p in source_files() if p.suffix == ".cu"]
     cmd = [exe, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
            "--expt-relaxed-constexpr", "-lineinfo", f'-DCUTOVER_TARGETS="{targets}"',
-           *(f"-D{name}" for name in defines), *extra, *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
+           *extra, *gencode, "-I", str(CSRC), *sources, "-o", str(target)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()] or proc.stderr.splitlines()
@@ -135,23 +139,20 @@ def _compile(exe: str, gencode: list[str], targets: str, defines: tuple[str, ...
     return proc
 
 
-def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, defines: tuple[str, ...] = ()) -> Path:
+def build_library(out_dir: Path, archs=DEFAULT_ARCHS, nvcc: str | None = None, profile: bool = False) -> Path:
     """Compile csrc into out_dir/libcutover_verify.so and return its path (nothing is left behind on failure).
 
-    `defines` are extra preprocessor macros for diagnostic builds (e.g. CUTOVER_PHASE_TIMES).
+    `profile` builds the profiling library: the phase marks and their entry point, which a release never carries.
     """
     if _abi_version_in_header() != ABI_VERSION:
         raise KernelBuildError("kernel_ext/build.py ABI_VERSION and csrc/cutover_verify.h disagree: update both")
-    bad = [name for name in defines if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name)]
-    if bad:
-        raise KernelBuildError(f"bad macro name(s) {bad}: expected upper-case identifiers such as CUTOVER_PHASE_TIMES")
     exe = _find_nvcc(nvcc)
     gencode, targets = _gencode_flags(tuple(archs))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
         target = Path(tmp) / LIBRARY_NAME
-        _compile(exe, gencode, targets, defines, target)
+        _compile(exe, gencode, targets, target, extra=(f"-D{PROFILE_MACRO}",) if profile else ())
         final = out_dir / LIBRARY_NAME
         os.replace(target, final)
     return final
@@ -203,7 +204,7 @@ def kernel_resources(archs=DEFAULT_ARCHS, nvcc: str | None = None) -> list[Kerne
     exe = _find_nvcc(nvcc)
     gencode, targets = _gencode_flags(tuple(archs))
     with tempfile.TemporaryDirectory(prefix="cutover-ptxas-") as tmp:
-        proc = _compile(exe, gencode, targets, (), Path(tmp) / LIBRARY_NAME, extra=("-Xptxas", "-v"))
+        proc = _compile(exe, gencode, targets, Path(tmp) / LIBRARY_NAME, extra=("-Xptxas", "-v"))
     return parse_ptxas_report(proc.stderr + proc.stdout)
 
 
@@ -223,7 +224,7 @@ def _print_resources(rows: list[KernelResources]) -> int:
     spilling = [row for row in rows if row.spills]
     if spilling:
         print(f"error: {len(spilling)} kernel(s) spill registers to local memory (listed above): reduce their live "
-              "state (e.g. kernel_ext/csrc/verify_kernels.cuh, TileConfig::Q_REG_STEPS) until ptxas reports none",
+              "state (e.g. kernel_ext/csrc/verify_mma.cuh, TileConfig::Q_REG_STEPS) until ptxas reports none",
               file=sys.stderr)
         return 1
     return 0
@@ -231,12 +232,13 @@ def _print_resources(rows: list[KernelResources]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "build")
+    parser.add_argument("--out", type=Path,
+                        help="output directory (default kernel_ext/build, or kernel_ext/build/profile with --profile)")
     parser.add_argument("--arch", action="append",
                         help=f"target arch (repeatable); default {' and '.join(DEFAULT_ARCHS)}")
     parser.add_argument("--nvcc", help=f"nvcc to use (default: ${NVCC_ENV}, then PATH)")
-    parser.add_argument("--define", action="append", default=[],
-                        help="preprocessor macro of a diagnostic build (repeatable), e.g. CUTOVER_PHASE_TIMES")
+    parser.add_argument("--profile", action="store_true",
+                        help="build the profiling library (phase marks of csrc/phase_clock.cuh), never a release")
     parser.add_argument("--resources", action="store_true",
                         help="build nothing: print every kernel's registers and spills per arch (exit 1 if any spills)")
     args = parser.parse_args(argv)
@@ -244,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.resources:
             return _print_resources(kernel_resources(archs, args.nvcc))
-        path = build_library(args.out, archs, args.nvcc, tuple(args.define))
+        default_out = BUILD_DIR / "profile" if args.profile else BUILD_DIR
+        path = build_library(args.out or default_out, archs, args.nvcc, profile=args.profile)
     except KernelBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

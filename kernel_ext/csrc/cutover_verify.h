@@ -41,7 +41,7 @@ enum CutoverStatus {
  * values. Counts are exact up to 2^53. */
 enum CutoverShadowCounter {
   CUTOVER_COUNTER_CALLS = 0,              /* every verify call, whatever the mode */
-  CUTOVER_COUNTER_RESERVED = 1,           /* never written by the library (was serve x bad(scratch)) */
+  CUTOVER_COUNTER_RESERVED = 1,           /* unused, always 0 (removing it would renumber the cells after it) */
   CUTOVER_COUNTER_SERVE_BAD_O = 2,        /* custom mode: the served output o held a non-finite value */
   CUTOVER_COUNTER_SERVED = 3,             /* custom mode calls */
   CUTOVER_COUNTER_SAMPLE_BAD_SCRATCH = 4, /* shadow sample: our output (scratch) held a non-finite value */
@@ -122,9 +122,9 @@ typedef struct CutoverVerifyParams {
   int64_t workspace_bytes;
   int32_t num_sms;        /* multiprocessor count of the device (fixes the work split; same value as passed
                              to cutover_workspace_bytes) */
-  int32_t config;         /* 0 auto (3 on sm_90, else 1 or 2 by shared memory); 1 large mma.sync tiles (~190 KB
-                             shared memory per block); 2 small mma.sync tiles (~80 KB: sm_120 class); 3 wgmma
-                             (sm_90 only, ~227 KB). For tests and benchmarks. */
+  int32_t config;         /* 0 auto (3 on sm_90, else 1 where it fits, else 2); 1 large mma.sync tiles (~190 KB
+                             shared memory per block, compute capability below 12.0); 2 small mma.sync tiles
+                             (~96 KB: sm_120 class); 3 wgmma (sm_90 only, ~227 KB). For tests and benchmarks. */
   int32_t early_start;    /* 1: the call's kernels may start while the kernel enqueued just before them on `stream`
                              still runs, and plan from qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
                              k_scale_ptr and v_scale_ptr meanwhile. These must then be complete before that kernel

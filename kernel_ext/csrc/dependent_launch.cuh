@@ -1,5 +1,5 @@
-// Programmatic dependent launch (sm_90+), device and host side, shared by the library and the device
-// microbenchmarks.
+// Programmatic dependent launch (sm_90+), device and host side, shared by every kernel of the library and its
+// launches.
 #pragma once
 
 #include <cuda_runtime.h>

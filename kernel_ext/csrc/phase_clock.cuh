@@ -1,17 +1,21 @@
-// Optional phase timestamps of every CTA, for kernel_ext/device/phase_times.py. Compiled in only with
-// -DCUTOVER_PHASE_TIMES (python -m kernel_ext.build --define CUTOVER_PHASE_TIMES); otherwise phase_mark is empty.
+// Profiling marks: phase timestamps of every CTA, compiled only into a profiling build (CUTOVER_PROFILE, set by
+// `python -m kernel_ext.build --profile`). In every other build phase_mark and PhaseLoopWaits are empty and the
+// library holds neither the marks nor their entry point.
 // Thread 0 of a CTA writes %globaltimer (ns) and clock64 (SM cycles) at each mark; the combine's end is the
 // latest of its warps. Thread 0 of a main-kernel CTA also counts its tiles and sums the cycles it spends at the
 // top of each (PhaseLoopWaits): in its copy wait, in its wait for the previous P V, and at the barrier after them.
+// cutover_debug_phase_times (verify_api.cu) copies the marks to the host and zeroes them.
 #pragma once
 
 #include <cstdint>
 
 namespace cutover {
 
+enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
+
+#ifdef CUTOVER_PROFILE
 constexpr int kPhaseSlots = 9;     // marks (0-6) and facts (7, 8) per CTA
 constexpr int kPhaseCtas = 4096;   // CTAs recorded per kernel (main, combine)
-enum PhaseKernel { kPhaseMain = 0, kPhaseCombine = 1 };
 
 // The GPU's nanosecond clock (%globaltimer), shared by every SM.
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -20,7 +24,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-#ifdef CUTOVER_PHASE_TIMES
 // [kernel][cta][slot][0: globaltimer ns, 1: clock64]; slot 7 holds the CTA's iteration count and its loop-top
 // copy-wait cycles, slot 8 its loop-top P V-wait and barrier cycles
 __device__ unsigned long long g_phase[2][kPhaseCtas][kPhaseSlots][2];

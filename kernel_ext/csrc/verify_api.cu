@@ -106,7 +106,7 @@ int device_info(int device, const DeviceInfo** out) {
     CUTOVER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                        "cudaDeviceGetAttribute(compute capability)");
     int rc = CUTOVER_OK, dummy = 0;
-    // verify_main_kernel compiles the large-tile body out for __CUDA_ARCH__ >= 1200 (verify_kernels.cuh): on
+    // verify_main_kernel compiles the large-tile body out for __CUDA_ARCH__ >= 1200 (verify_mma.cuh): on
     // such a device they would launch and return at once, whatever its shared memory
     d.large_tiles = major < 12 && d.smem_optin >= LargeTiles::SMEM_BYTES;
     if (d.large_tiles) {
@@ -257,8 +257,8 @@ int launch_main(void (*kernel32)(KernelArgs), void (*kernel64)(KernelArgs), cons
 template <bool LONGEST_FIRST>
 int launch_configured_main(const Plan& p, const KernelArgs& k, int idx64, bool early_start, cudaStream_t stream) {
   // The wgmma kernel issues each tile's P V in four parts where a split's keys serve several row tiles (they come
-  // from L2: compute-bound), and in one where a single row tile streams them from HBM (there the parts measured
-  // 3-6 % slower; docs/perf.md, v30), which also gathers its keys evict-first (read once).
+  // from L2: compute-bound), and in one where a single row tile streams them from HBM (there four parts are 3-6 %
+  // slower), which also gathers its keys evict-first (read once).
   if (p.config == 3)
     return p.row_tiles > 1 ? launch_main(verify_wgmma_kernel<int, 4, LONGEST_FIRST>,
                                          verify_wgmma_kernel<long long, 4, LONGEST_FIRST>, p, k, idx64, early_start, stream)
@@ -439,9 +439,9 @@ int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_s
   return CUTOVER_OK;
 }
 
-#ifdef CUTOVER_PHASE_TIMES
+#ifdef CUTOVER_PROFILE
 // Copies the phase marks (phase_clock.cuh: [2][kPhaseCtas][kPhaseSlots][2] uint64) to `host`, then zeroes them.
-// Only in a library built with --define CUTOVER_PHASE_TIMES (kernel_ext/device/phase_times.py).
+// Only in a profiling build (python -m kernel_ext.build --profile).
 CUTOVER_API int cutover_debug_phase_times(void* host) {
   CUTOVER_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   CUTOVER_CUDA_CHECK(cudaMemcpyFromSymbol(host, g_phase, sizeof(g_phase)), "cudaMemcpyFromSymbol");

@@ -19,7 +19,17 @@
 // bits are read from the mask with the first row ids, before the loop, half by each warpgroup.
 #pragma once
 
-#include "verify_kernels.cuh"
+#include <cuda_bf16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "dependent_launch.cuh"
+#include "mma_primitives.cuh"
+#include "phase_clock.cuh"
+#include "verify_args.cuh"
+#include "verify_plan.cuh"
+#include "verify_split.cuh"
+#include "warp_reduce.cuh"
 #include "wgmma_primitives.cuh"
 
 namespace cutover {
@@ -59,7 +69,7 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 
 // Gather the first NB 64-dim column blocks of one row into a 128B-swizzled tile, as one of the 8 threads of that
 // row (16-byte piece q of every block). A warp's copy thus covers whole 128-byte lines of 4 rows, which an SM
-// gathers about 3x faster from L2 than the half lines of 4 threads per row (kernel_ext/device/gather_rate.cu).
+// gathers about 3x faster from L2 than the half lines of 4 threads per row.
 // Invalid rows are zero-filled from `dummy` (never read). READ_ONCE, policy: as cp_async16_to.
 template <int NB, bool READ_ONCE = false>
 __device__ __forceinline__ void gather_row(uint32_t tile, int row, int q, const __nv_bfloat16* src, bool valid,
@@ -82,13 +92,13 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 // How far (log2 units) a row's max may rise above its reference max before the reference moves. Weights up to 2^8
 // add up in fp32 as exactly as weights up to 1, and bf16 rounds them with the same relative precision; only the
-// largest weight is no longer exactly 1 (docs/kernel.md, "Rounding of the weights").
+// largest weight is no longer exactly 1.
 constexpr float kRebaseLog2 = 8.f;
 
 // Which of this thread's tail scores in key groups j0 .. j0 + 3 are visible: bit j * 4 + hf * 2 + e is row
 // grow0 + 8 hf, draft key lk0 + 8 j + e (the accumulator layout of m64n64, 32 scores per thread). Under a custom
-// mask all 16 bytes are loaded before any is tested: a branch around each load made every load wait for the one
-// before (docs/perf.md, v52). A key outside the sweep reads the request's first tail byte (token 0, key 0), which
+// mask all 16 bytes are loaded before any is tested: a branch around each load would make every load wait for the
+// one before. A key outside the sweep reads the request's first tail byte (token 0, key 0), which
 // exists whenever the CTA has rows, and is not used.
 __device__ __forceinline__ uint32_t tail_visibility(const KernelArgs& a, const SplitWork& w, int grow0, int lk0,
                                                     int j0) {
@@ -164,8 +174,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const int n_iter = n_tiles + (w.does_tail ? 1 : 0);  // the draft tail is the last tile
   const IdxT* kv_indices = static_cast<const IdxT*>(a.kv_indices);
   // The one-part kernel runs where a single row tile streams the split's keys from HBM (verify_api.cu), so each
-  // key row is read once: its lines are gathered evict-first (measured: a third less copy wait per tile,
-  // docs/perf.md, v45). Where several row tiles share a split, the others re-read the keys from L2.
+  // key row is read once: its lines are gathered evict-first (a third less copy wait per tile). Where several
+  // row tiles share a split, the others re-read the keys from L2.
   constexpr bool kKeysReadOnce = PARTS == 1;
   const uint64_t kv_policy = kKeysReadOnce ? l2_evict_first_policy() : 0;
   auto row_id = [&](int kt, int r) -> int {
@@ -187,7 +197,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   };
 
   // The row ids of tiles 0 and 1 are held in registers until the mask's loads below are issued: stored to shared
-  // memory first, they made those loads wait for them (0.2-0.4 us on a CTA with the tail, docs/perf.md, v51).
+  // memory first, they would make those loads wait for them (0.2-0.4 us on a CTA with the tail).
   const int first_id0 = tid < C::N_TILE ? row_id(0, tid) : 0, first_id1 = tid < C::N_TILE ? row_id(1, tid) : 0;
   // The draft tail's visibility bits for warpgroup 0's scores: each warpgroup reads the mask for half of the keys,
   // and warpgroup 1 passes its half through the P buffer (free until the first softmax).
@@ -211,7 +221,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   }
   // Tile 1 with Q and tile 0 saves a copy round trip where the memory system has bandwidth to spare (a call of
   // few CTAs). Where the CTAs fill half a wave or more, their gathers compete for it: tile 0 requested alone
-  // lands ~2 us sooner and tile 1 streams while tile 0 is computed (docs/perf.md, v46).
+  // lands ~2 us sooner and tile 1 streams while tile 0 is computed.
   const bool tile1_with_q = w.call_splits < a.G_target / 2;
   if (n_iter > 0) load_tile(0, 0);
   cp_async_commit();
@@ -230,7 +240,7 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
   const bool scale_positive = prefix_scale > 0.f;
   const uint64_t desc_q = desc_k_major(sQ), desc_p = desc_k_major(sP);
 
-  PhaseLoopWaits waits;  // diagnostic builds only (phase_clock.cuh)
+  PhaseLoopWaits waits;  // profiling builds only (phase_clock.cuh)
   // Per tile: S(it) runs on the tensor cores while the next tile's gather is issued; P V(it) is left running
   // into the next iteration's wait for its tile. Warpgroup 1 waits at the barrier before P V while warpgroup 0
   // computes S and the softmax.
@@ -332,7 +342,8 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
+          for (int e = 0; e < 4; ++e)
+            s[j * 4 + e] = j * 8 + (e & 1) < lim ? s[j * 4 + e] * prefix_scale : -CUDART_INF_F;
       } else if (tail) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = (tail_vis >> i) & 1u ? s[i] * tail_scale : -CUDART_INF_F;
@@ -436,14 +447,17 @@ __device__ __forceinline__ void verify_wgmma_body(const KernelArgs& a) {
     if (slot < 0) {
       const int t = grow / H, h = grow - t * H;
       store_row_sectors<32>(lanes, out + (qo_start + t) * out_s0 + (int64_t)h * out_s1 + wg * 256, cq,
-                            [&](int j) { return make_float2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv); });
+                            [&](int j) {
+                              return make_float2(acc[j * 4 + hf * 2] * inv, acc[j * 4 + hf * 2 + 1] * inv);
+                            });
     } else {
       const int e = partial_exponent(fmaxf(sOmax[lr], sOmax[C::M_TILE + lr]) * inv);
       const float f = inv * pow2i(-e);
       store_row_sectors<32>(lanes, a.part_o + ((int64_t)slot * a.rcap + grow) * kDimV + wg * 256, cq,
                             [&](int j) { return make_float2(acc[j * 4 + hf * 2] * f, acc[j * 4 + hf * 2 + 1] * f); });
       if (wg == 0 && cq == 0)
-        a.part_lse[(int64_t)slot * a.rcap + grow] = make_float2(l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F, (float)e);
+        a.part_lse[(int64_t)slot * a.rcap + grow] =
+            make_float2(l > 0.f ? m_run[hf] + log2f(l) : -CUDART_INF_F, (float)e);
     }
   }
   phase_mark(kPhaseMain, 6);

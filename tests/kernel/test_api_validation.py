@@ -108,17 +108,18 @@ def test_bad_arch_and_missing_nvcc_raise_build_errors(monkeypatch, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_bad_macro_name_is_refused_before_nvcc_runs(tmp_path):
-    with pytest.raises(build.KernelBuildError, match=r"bad macro name\(s\) \['bad-x'\]: expected upper-case"):
-        build.build_library(tmp_path, ("sm_90a",), defines=("bad-x",))
-    assert not list(tmp_path.iterdir())
-
-
-def test_phase_marks_exist_only_in_the_diagnostic_build(release, tmp_path):
-    """The phase marks are read through an entry point that releases never carry."""
-    phase_lib = build.build_library(tmp_path, ("sm_90a",), defines=("CUTOVER_PHASE_TIMES",))
-    assert hasattr(ctypes.CDLL(str(phase_lib)), "cutover_debug_phase_times")
-    assert not hasattr(ctypes.CDLL(str(release / build.LIBRARY_NAME)), "cutover_debug_phase_times")
+def test_profiling_code_exists_only_in_the_profiling_build(release, tmp_path, capsys):
+    """`--profile` compiles the phase marks (device code reading %globaltimer, the g_phase array) and their entry
+    point in; a release holds none of them."""
+    assert build.main(["--profile", "--arch", "sm_90a", "--out", str(tmp_path)]) == 0
+    profile_lib = Path(capsys.readouterr().out.strip())
+    release_lib = release / build.LIBRARY_NAME
+    assert profile_lib == tmp_path / build.LIBRARY_NAME
+    assert hasattr(ctypes.CDLL(str(profile_lib)), "cutover_debug_phase_times")
+    assert not hasattr(ctypes.CDLL(str(release_lib)), "cutover_debug_phase_times")
+    for marker in (b"g_phase", b"globaltimer"):
+        assert marker in profile_lib.read_bytes()
+        assert marker not in release_lib.read_bytes()
 
 
 def test_library_path_precedence(monkeypatch, tmp_path):
