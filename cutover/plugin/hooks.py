@@ -268,7 +268,9 @@ def is_draft_runner(model_runner) -> bool:
 def config_refusal(model_runner, backend) -> str:
     """Why a target backend's verify calls would never reach the custom kernel, or "": then a shadow would compare
     nothing while looking healthy, so the rank refuses shadow and custom with the reason instead."""
-    if getattr(backend, "enable_deterministic", False) is True:
+    server_args = getattr(model_runner, "server_args", None)
+    if (getattr(backend, "enable_deterministic", False) is True
+            or getattr(server_args, "enable_deterministic_inference", False) is True):
         return refusal_reason("SGLang runs --enable-deterministic-inference here: its target verify goes through "
                               "extend_attention_fwd_unified, which the plugin does not see (a shadow would compare "
                               "nothing); serve without it to use the custom kernel")
@@ -279,7 +281,7 @@ def config_refusal(model_runner, backend) -> str:
                               f"shadow would compare nothing); serve with --kv-cache-dtype auto to use it")
     from kernel_ext.reference import MAX_DRAFT_TOKENS
 
-    drafts = getattr(getattr(model_runner, "server_args", None), "speculative_num_draft_tokens", None)
+    drafts = getattr(server_args, "speculative_num_draft_tokens", None)
     if type(drafts) is int and drafts > MAX_DRAFT_TOKENS:
         return refusal_reason(f"SGLang verifies {drafts} draft tokens per request here (--speculative-num-draft-"
                               f"tokens {drafts}): the custom kernel serves 1..{MAX_DRAFT_TOKENS}, so every verify "
