@@ -54,7 +54,8 @@ def enter_single_rank_context(tp_rank: int = 0) -> None:
 
 
 def build_engine(prefix_lens: tuple[int, ...], draft_tokens: int, *, num_heads: int = 2, layers: int = 2,
-                 draft_worker: bool = False, max_requests: int = 4, max_context_len: int = 128) -> Engine:
+                 draft_worker: bool = False, max_requests: int = 4, max_context_len: int = 128,
+                 device: str = "cpu", dtype: torch.dtype = torch.float32, cuda_graph: bool = False) -> Engine:
     """A ModelRunner (target, or a draft worker's) with real pools for ``layers`` MLA layers, and the
     TritonAttnBackend SGLang builds for it (``TritonAttnBackend(model_runner)``, hooks and all)."""
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
@@ -68,13 +69,14 @@ def build_engine(prefix_lens: tuple[int, ...], draft_tokens: int, *, num_heads: 
                             extend_lens=(draft_tokens,) * len(prefix_lens))
     config = TinyMLAModelConfig(num_heads=num_heads, kv_lora_rank=KV_LORA_RANK, qk_rope_head_dim=ROPE_DIM,
                                 hidden_size=64, context_len=max_context_len)
-    runner = MockMLAModelRunner(case=case, model_config=config, dtype=torch.float32, device="cpu",
+    runner = MockMLAModelRunner(case=case, model_config=config, dtype=dtype, device=device,
                                 max_context_len=max_context_len, kv_lora_rank=KV_LORA_RANK,
-                                qk_rope_head_dim=ROPE_DIM, runner_batch_size=max_requests)
+                                qk_rope_head_dim=ROPE_DIM, runner_batch_size=max_requests,
+                                disable_cuda_graph=not cuda_graph)
     runner.is_draft_worker = draft_worker
     runner.token_to_kv_pool = MLATokenToKVPool(  # the kit's pool has one layer; the counters are per layer
-        size=runner.token_to_kv_pool.size, page_size=1, dtype=torch.float32, kv_lora_rank=KV_LORA_RANK,
-        qk_rope_head_dim=ROPE_DIM, layer_num=layers, device="cpu", enable_memory_saver=False)
+        size=runner.token_to_kv_pool.size, page_size=1, dtype=dtype, kv_lora_rank=KV_LORA_RANK,
+        qk_rope_head_dim=ROPE_DIM, layer_num=layers, device=device, enable_memory_saver=False)
     return Engine(runner, TritonAttnBackend(runner), num_heads, layers)
 
 
@@ -104,36 +106,37 @@ def verify_step(engine: Engine, prefix_lens: tuple[int, ...], draft_tokens: int,
     case = MLAAttentionCase(name="cutover_step", backend="triton", forward_mode=ForwardMode.TARGET_VERIFY,
                             num_heads=engine.num_heads, page_size=1, prefix_lens=prefix_lens,
                             extend_lens=(draft_tokens,) * batch_size)
+    device, dtype = runner.device, runner.dtype
     batch = _make_forward_batch(case, runner, max_context_len=runner.req_to_token_pool.max_context_len,
-                                device="cpu")
+                                device=device)
     # target verify: seq_lens are the committed prefixes; the drafts are the extend part
-    batch.seq_lens = torch.tensor(prefix_lens, dtype=torch.int32)
-    batch.seq_lens_cpu = batch.seq_lens.clone()
+    batch.seq_lens_cpu = torch.tensor(prefix_lens, dtype=torch.int32)
+    batch.seq_lens = batch.seq_lens_cpu.to(device)
     batch.seq_lens_sum = sum(prefix_lens)
     trees = [random_tree_parents(draft_tokens, generator) for _ in prefix_lens]
     blocks = [tree_mask_rows(parents, prefix) for parents, prefix in zip(trees, prefix_lens)]
-    custom_mask = torch.cat([block.reshape(-1) for block in blocks])
+    custom_mask = torch.cat([block.reshape(-1) for block in blocks]).to(device)
     n = batch_size * draft_tokens
     batch.spec_info = EagleVerifyInput(
         draft_token=batch.input_ids, custom_mask=custom_mask, positions=batch.positions,
-        retrieve_index=torch.arange(n).view(batch_size, draft_tokens),
-        retrieve_next_token=torch.full((batch_size, draft_tokens), -1),
-        retrieve_next_sibling=torch.full((batch_size, draft_tokens), -1),
-        retrieve_cum_len=torch.arange(batch_size + 1, dtype=torch.int32) * draft_tokens,
+        retrieve_index=torch.arange(n, device=device).view(batch_size, draft_tokens),
+        retrieve_next_token=torch.full((batch_size, draft_tokens), -1, device=device),
+        retrieve_next_sibling=torch.full((batch_size, draft_tokens), -1, device=device),
+        retrieve_cum_len=torch.arange(batch_size + 1, dtype=torch.int32, device=device) * draft_tokens,
         spec_steps=max(0, draft_tokens - 1), topk=2, draft_token_num=draft_tokens,
         capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=batch.seq_lens_sum, seq_lens_cpu=batch.seq_lens_cpu)
 
     req_to_token = runner.req_to_token_pool.req_to_token
     prefix_locs = torch.cat([req_to_token[b, :p].long() for b, p in enumerate(prefix_lens)])
-    kv_indptr = torch.tensor([0, *torch.tensor(prefix_lens).cumsum(0).tolist()], dtype=torch.int64)
-    qo_indptr = torch.arange(batch_size + 1, dtype=torch.int64) * draft_tokens
-    mask_indptr = torch.tensor([0, *torch.tensor([b.numel() for b in blocks]).cumsum(0).tolist()])
+    kv_indptr = torch.tensor([0, *torch.tensor(prefix_lens).cumsum(0).tolist()], dtype=torch.int64, device=device)
+    qo_indptr = torch.arange(batch_size + 1, dtype=torch.int64, device=device) * draft_tokens
+    mask_indptr = torch.tensor([0, *torch.tensor([b.numel() for b in blocks]).cumsum(0).tolist()], device=device)
     q, k, expected = {}, {}, {}
     for layer in range(engine.layers):
         k_buffer = runner.token_to_kv_pool.get_key_buffer(layer)
-        k_buffer[prefix_locs] = torch.randn(len(prefix_locs), 1, QK_DIM, generator=generator)
-        q[layer] = torch.randn(n, engine.num_heads, QK_DIM, generator=generator)
-        k[layer] = torch.randn(n, 1, QK_DIM, generator=generator)
+        k_buffer[prefix_locs] = torch.randn(len(prefix_locs), 1, QK_DIM, generator=generator).to(device, dtype)
+        q[layer] = torch.randn(n, engine.num_heads, QK_DIM, generator=generator).to(device, dtype)
+        k[layer] = torch.randn(n, 1, QK_DIM, generator=generator).to(device, dtype)
         expected[layer] = reference_verify_attention(
             q[layer], k[layer], k[layer][..., :KV_LORA_RANK], k_buffer, k_buffer[..., :KV_LORA_RANK], qo_indptr,
             kv_indptr, prefix_locs, custom_mask, True, mask_indptr, sm_scale=QK_DIM ** -0.5)
