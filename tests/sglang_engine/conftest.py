@@ -9,8 +9,6 @@ import os
 
 import pytest
 
-pytest.importorskip("sglang.srt.plugins.hook_registry", reason="needs SGLang (scripts/setup.sh installs it)")
-
 
 def _start_worker(state_dir: str, root: str) -> None:
     os.environ["CUTOVER_STATE_DIR"], os.environ["CUTOVER_ROOT"] = state_dir, root
@@ -29,6 +27,7 @@ def _start_worker(state_dir: str, root: str) -> None:
 def engine_worker(tmp_path_factory):
     """``engine_worker(function, *args)`` runs a function of tests/sglang_engine/scenarios.py in the worker and
     returns its result (its exception re-raised here)."""
+    pytest.importorskip("sglang.srt.plugins", reason="needs SGLang (scripts/setup.sh installs it)")
     base = tmp_path_factory.mktemp("engine")
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
