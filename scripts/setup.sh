@@ -6,7 +6,9 @@
 #   * .venv: cutover (editable, with its test extra) plus the CPU stack the parity tests and the sandbox use:
 #     torch (CPU build, pinned: an open range would download a multi-GB CUDA build), triton (its interpreter
 #     runs SGLang's Triton kernels on CPU), and SGLang installed --no-deps with only the light packages its
-#     attention kernels import. Versions come from scripts/constraints.txt, the set known to work together.
+#     attention kernels, attention backends and model runner import (torchvision excepted: PyPI has only CUDA
+#     builds of it; tests/sglang_engine serves it from a labelled stand-in). Versions come from
+#     scripts/constraints.txt, the set known to work together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,9 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scri
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" triton orjson psutil pybase64 pillow starlette msgspec pyzmq pydantic tqdm ipython aiohttp
 "${PIP[@]}" --no-deps "sglang==0.5.23"
+# what SGLang's TritonAttnBackend and ModelRunner modules import (tests/sglang_engine builds them on the CPU)
+"${PIP[@]}" transformers dill sentencepiece apache-tvm-ffi compressed-tensors gguf openai partial-json-parser \
+    einops uvicorn fastapi
 echo "setup: SGLang is installed --no-deps on purpose; pip may list its server dependencies as missing"
 "${PIP[@]}" -e '.[test]'
 echo "setup: done ($(.venv/bin/python -c 'import torch, sglang; print("torch", torch.__version__, "sglang", sglang.__version__)'))"

@@ -18,11 +18,13 @@ def load_plugin() -> None:
     """SGLang entry point: register the cutover hooks with SGLang's HookRegistry (never raises). If they cannot
     be registered, register what keeps every rank visible instead: a runtime that refuses custom and heartbeats
     the reason (``cutover stage`` then sees the ranks, ``cutover status`` says why, shadow and promote fail
-    with it instead of finding no rank)."""
+    with it instead of finding no rank). Where SGLang then fails to apply the registered hooks, each rank says
+    so in its heartbeat too (``binding.watch_binding``)."""
     try:
+        from cutover.plugin.binding import watch_binding
         from cutover.plugin.hooks import register_hooks
 
-        register_hooks()
+        watch_binding(register_hooks())
     except Exception as exc:  # noqa: BLE001 - the plugin must never stop SGLang from starting
         problem = f"{type(exc).__name__}: {exc}"
         try:

@@ -53,17 +53,19 @@ MODEL_RUNNER_INIT = f"{MODEL_RUNNER_MODULE}.{MODEL_RUNNER_CLASS}.__init__"
 ATTENTION_BUILDERS = ("init_attention_backends", "init_attention_backend")
 # set on a ModelRunner for which the hooked backend class was built
 HOOKED_BACKEND_MARK = "_cutover_hooked_backend"
+# set on a draft worker's backend: its forward_extend calls are never target verify to the plugin
+DRAFT_BACKEND_MARK = "_cutover_draft_backend"
 
 _runtime = None
 _runtime_lock = threading.Lock()
 
 
-def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEND_CLASS}") -> None:
+def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEND_CLASS}") -> list[str]:
     """Register both AROUND hooks on ``backend_path`` (SGLang's TritonAttnBackend; the sandbox passes its
     stand-in) with ``registry`` (default: SGLang's HookRegistry), and, for SGLang's own backend, the check of
-    which backend each ModelRunner built (``around_attention_backends``; the sandbox has no ModelRunner). Raises
-    when the installed SGLang is not what the Triton hooks hook (``load_plugin`` then calls
-    ``register_refusal``)."""
+    which backend each ModelRunner built (``around_attention_backends``; the sandbox has no ModelRunner). Returns
+    the registered targets. Raises when the installed SGLang is not what the Triton hooks hook (``load_plugin``
+    then calls ``register_refusal``)."""
     from sglang.srt.plugins.hook_registry import HookType
 
     if registry is None:
@@ -73,25 +75,28 @@ def register_hooks(registry=None, backend_path: str = f"{BACKEND_MODULE}.{BACKEN
         problems = installed_hook_target_problems()
         if problems:
             raise RuntimeError(f"{BACKEND_MODULE} does not match what the plugin hooks: {'; '.join(problems)}")
-    registry.register(f"{backend_path}.__init__", around_backend_init, HookType.AROUND)
-    registry.register(f"{backend_path}.forward_extend", around_forward_extend, HookType.AROUND)
+    targets = [f"{backend_path}.__init__", f"{backend_path}.forward_extend"]
+    registry.register(targets[0], around_backend_init, HookType.AROUND)
+    registry.register(targets[1], around_forward_extend, HookType.AROUND)
     if sglang_backend:
-        register_backend_check(registry)
+        targets += register_backend_check(registry)
+    return targets
 
 
-def register_backend_check(registry) -> None:
+def register_backend_check(registry) -> list[str]:
     """AROUND hook on the installed ModelRunner's attention-backend builder (``around_attention_backends``).
     Without such a method SGLang still serves and Triton ranks still heartbeat; a rank on another backend then
-    leaves no heartbeat, which the log line says."""
+    leaves no heartbeat, which the log line says. Returns the registered target (none or one)."""
     from sglang.srt.plugins.hook_registry import HookType
 
     builder = installed_attention_builder()
     if builder is None:
         log.warning("cutover: %s.%s has none of %s: a rank whose attention backend is not triton will not "
                     "heartbeat", MODEL_RUNNER_MODULE, MODEL_RUNNER_CLASS, ", ".join(ATTENTION_BUILDERS))
-        return
-    registry.register(f"{MODEL_RUNNER_MODULE}.{MODEL_RUNNER_CLASS}.{builder}", around_attention_backends,
-                      HookType.AROUND)
+        return []
+    target = f"{MODEL_RUNNER_MODULE}.{MODEL_RUNNER_CLASS}.{builder}"
+    registry.register(target, around_attention_backends, HookType.AROUND)
+    return [target]
 
 
 @functools.lru_cache(maxsize=1)
@@ -192,7 +197,7 @@ def backend_refusal(model_runner) -> str:
     """Why this rank cannot serve custom, judged from a ModelRunner that has built its attention backends: ""
     for a draft runner (its backend never runs target verify) or one the hooked backend was built for and, where
     its backend is hybrid, runs target verify on."""
-    if getattr(model_runner, "is_draft_worker", False):
+    if is_draft_runner(model_runner):
         return ""
     backend = getattr(model_runner, "attn_backend", None)
     hybrid = hybrid_verify_side(model_runner, backend)
@@ -200,6 +205,10 @@ def backend_refusal(model_runner) -> str:
         if getattr(model_runner, HOOKED_BACKEND_MARK, False):
             return ""
         name = type(backend).__name__
+        if name == BACKEND_CLASS:  # SGLang's Triton backend, built without the plugin's hook on it
+            from cutover.plugin.binding import unapplied_reason
+
+            return unapplied_reason([f"{BACKEND_MODULE}.{BACKEND_CLASS}.__init__"])
         return (f"SGLang's attention backend here is {name}, not triton: cutover serves only --attention-backend "
                 f"triton (start SGLang with it to use the custom kernel); serving runs {name} only")
     side, verifier = hybrid
@@ -226,25 +235,69 @@ def hybrid_verify_side(model_runner, backend) -> tuple[str, object] | None:
 
 
 def around_backend_init(original, backend, *args, **kwargs):
-    """AROUND TritonAttnBackend.__init__: build the backend, mark its model runner as served by it, then wrap
-    its extend kernel (never raises)."""
+    """AROUND TritonAttnBackend.__init__: build the backend, mark its model runner as served by it, then, for a
+    target model's backend, wrap its extend kernel (never raises). A draft worker's backend (``is_draft_worker``:
+    the DFlash family's draft also runs TARGET_VERIFY, with layer ids that collide with the target's) keeps
+    SGLang's kernel untouched and its calls are never verify calls to the plugin. A target backend in a
+    configuration whose verify calls the plugin cannot serve (``config_refusal``) is left untouched too, and the
+    rank refuses custom saying why."""
     result = original(backend, *args, **kwargs)
     model_runner = kwargs.get("model_runner", args[0] if args else None)
     _mark_hooked(model_runner)
     _mark_hooked(backend)
+    if is_draft_runner(model_runner):
+        _set_mark(backend, DRAFT_BACKEND_MARK)
+        return result
     try:
-        install_on_backend(backend, runtime_for_process(model_runner))
+        reason = config_refusal(model_runner, backend)
+        if reason:
+            refuse_process(model_runner, reason)
+        else:
+            install_on_backend(backend, runtime_for_process(model_runner))
     except Exception as exc:  # noqa: BLE001 - this rank keeps SGLang's kernel
         refuse_process(model_runner, refusal_reason(f"installing on {type(backend).__name__} failed: "
                                                     f"{type(exc).__name__}: {exc}"))
     return result
 
 
+def is_draft_runner(model_runner) -> bool:
+    """Whether ``model_runner`` is a speculative draft worker's (SGLang's ``ModelRunner.is_draft_worker``)."""
+    return getattr(model_runner, "is_draft_worker", False) is True
+
+
+def config_refusal(model_runner, backend) -> str:
+    """Why a target backend's verify calls would never reach the custom kernel, or "": then a shadow would compare
+    nothing while looking healthy, so the rank refuses shadow and custom with the reason instead."""
+    server_args = getattr(model_runner, "server_args", None)
+    if (getattr(backend, "enable_deterministic", False) is True
+            or getattr(server_args, "enable_deterministic_inference", False) is True):
+        return refusal_reason("SGLang runs --enable-deterministic-inference here: its target verify goes through "
+                              "extend_attention_fwd_unified, which the plugin does not see (a shadow would compare "
+                              "nothing); serve without it to use the custom kernel")
+    kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
+    if "float8" in str(kv_dtype):
+        return refusal_reason(f"SGLang's KV cache here is {kv_dtype} (--kv-cache-dtype fp8_*): the custom kernel "
+                              f"serves a bf16 KV cache only, so every verify call would fall back to Triton (a "
+                              f"shadow would compare nothing); serve with --kv-cache-dtype auto to use it")
+    from kernel_ext.reference import MAX_DRAFT_TOKENS
+
+    drafts = getattr(server_args, "speculative_num_draft_tokens", None)
+    if type(drafts) is int and drafts > MAX_DRAFT_TOKENS:
+        return refusal_reason(f"SGLang verifies {drafts} draft tokens per request here (--speculative-num-draft-"
+                              f"tokens {drafts}): the custom kernel serves 1..{MAX_DRAFT_TOKENS}, so every verify "
+                              f"call would fall back to Triton (a shadow would compare nothing)")
+    return ""
+
+
 def _mark_hooked(obj) -> None:
     """Note on a model runner that the hooked backend was built for it, and on the backend that it is hooked (what
     ``backend_refusal`` reads)."""
+    _set_mark(obj, HOOKED_BACKEND_MARK)
+
+
+def _set_mark(obj, mark: str) -> None:
     try:
-        setattr(obj, HOOKED_BACKEND_MARK, True)
+        setattr(obj, mark, True)
     except (AttributeError, TypeError):  # nothing to mark (none passed, or it takes no attributes)
         pass
 
@@ -258,6 +311,9 @@ def around_forward_extend(original, backend, *args, **kwargs):
     from cutover.plugin.dispatch import verify_site
 
     layer_id = None
+    if getattr(backend, DRAFT_BACKEND_MARK, False):  # a draft worker's backend: never a target verify call
+        with verify_site(None):
+            return original(backend, *args, **kwargs)
     try:
         layer = kwargs["layer"] if "layer" in kwargs else args[3]
         forward_batch = kwargs["forward_batch"] if "forward_batch" in kwargs else args[4]

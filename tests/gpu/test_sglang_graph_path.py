@@ -1,0 +1,133 @@
+"""The plugin inside SGLang's own CUDA-graph path for target verify (device tool; SGLang 0.5.23's layout).
+
+SGLang's real objects (tests/sglang_engine/engine.py: its ModelRunner's pools, its TritonAttnBackend with the
+plugin's hooks applied by ``load_plugins()``) on the GPU in bf16: ``init_cuda_graph_state``, the capture-time
+metadata of a full batch, a real ``torch.cuda.graph`` around ``forward_extend`` of every layer; then, per mode
+(triton -> shadow -> custom -> triton, switched through control.json with the control thread live), the replay
+metadata of a padded batch of another size (SGLang's uint8 verify-mask buffer, its int64 ``qo_indptr``), one
+replay, and the real rows against the float64 truth, the layer counters and the gated ``qo_indptr``.
+
+SGLang's CUDA modules import ``sgl_kernel`` at import time (``triton_backend.py``: ``is_arch_support_pdl``;
+the model runner's layernorm, activation, sampler and speculative ops likewise): without it this test skips,
+saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+from cutover.plugin import hooks
+from cutover.plugin.devicestate import CALLS, COMPARED, SERVED
+
+pytestmark = [pytest.mark.gpu, pytest.mark.sglang]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # tests/ (the engine builder)
+
+CAPTURE_BS, DRAFTS = 4, 16
+REPLAY_PREFIXES = ((0, 700, 33), (1500, 0))  # real requests per replay, each padded to CAPTURE_BS
+TOLERANCE = 2e-2  # bf16 against float64
+
+
+@pytest.fixture
+def sglang_on_cuda(tmp_path, monkeypatch):
+    pytest.importorskip("sgl_kernel", reason="SGLang's CUDA modules import sgl_kernel (sglang-kernel, a 373 MB "
+                                             "wheel) at import time; install it to run SGLang's graph path")
+    from sglang.srt import plugins
+
+    from sglang_engine.engine import enter_single_rank_context
+
+    monkeypatch.setenv("CUTOVER_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CUTOVER_ROOT", str(tmp_path / "root"))
+    monkeypatch.setattr(hooks, "_runtime", None)
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)
+    enter_single_rank_context()
+    plugins.load_plugins()
+    yield hooks.host_paths_from_env()
+    if hooks._runtime is not None:
+        hooks._runtime.stop()
+
+
+def request(paths, mode: str, generation: int) -> None:
+    from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
+
+    from sglang_engine.engine import wait_for_mode
+
+    atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
+                                                   lease_expires_at=time.time() + 600).to_json())
+    wait_for_mode(paths, 0, mode, generation)
+
+
+def padded(step, engine, fill: int):
+    """The replay ForwardBatch of ``step`` padded to CAPTURE_BS requests as SGLang's graph runner pads it."""
+    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
+        _apply_prod_fill_padding)
+
+    _apply_prod_fill_padding(step.batch, real_bs=len(step.prefix_lens), capture_bs=CAPTURE_BS,
+                             seq_len_fill_value=fill, num_tokens_per_req=DRAFTS)
+    return step.batch
+
+
+def test_every_mode_replays_sglangs_captured_verify_graph_against_float64(sglang_on_cuda):
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
+        _init_cuda_graph_capture_metadata, _init_cuda_graph_replay_metadata)
+
+    from sglang_engine.engine import KV_LORA_RANK, build_engine, radix_layer, verify_step
+
+    paths = sglang_on_cuda
+    engine = build_engine((0,) * CAPTURE_BS, DRAFTS, max_requests=CAPTURE_BS, max_context_len=2048,
+                          device="cuda", dtype=torch.bfloat16, cuda_graph=True)
+    backend = engine.backend
+    assert type(getattr(backend, "_cutover_dispatcher", None)).__name__ == "VerifyDispatcher"
+    backend.init_cuda_graph_state(max_bs=CAPTURE_BS, max_num_tokens=CAPTURE_BS * DRAFTS)
+    fill = backend.get_cuda_graph_seq_len_fill_value()
+    capture = verify_step(engine, (fill,) * CAPTURE_BS, DRAFTS, seed=1)
+    q = {layer: capture.q[layer].clone() for layer in range(engine.layers)}  # the graph's static inputs
+    k = {layer: capture.k[layer].clone() for layer in range(engine.layers)}
+    request(paths, "triton", 1)
+    graph, outputs = torch.cuda.CUDAGraph(), {}
+    with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
+        _init_cuda_graph_capture_metadata(backend, CAPTURE_BS, capture.batch)
+        for _ in range(2):  # warm-up: Triton's JIT, then the capture
+            for layer in range(engine.layers):
+                backend.forward_extend(q[layer], k[layer], k[layer][..., :KV_LORA_RANK], radix_layer(engine, layer),
+                                       capture.batch)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for layer in range(engine.layers):
+                outputs[layer] = backend.forward_extend(q[layer], k[layer], k[layer][..., :KV_LORA_RANK],
+                                                        radix_layer(engine, layer), capture.batch)
+    gated = hooks._runtime.buffers.like("qo_indptr", backend.forward_metadata.qo_indptr)
+    assert gated.dtype == backend.forward_metadata.qo_indptr.dtype
+
+    for generation, mode in enumerate(("triton", "shadow", "custom", "triton"), start=2):
+        prefixes = REPLAY_PREFIXES[generation % 2]
+        step = verify_step(engine, prefixes, DRAFTS, seed=generation)
+        batch = padded(step, engine, fill)
+        request(paths, mode, generation)
+        before = hooks._runtime.state.read_counters().clone()
+        with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
+            _init_cuda_graph_replay_metadata(backend, CAPTURE_BS, batch)
+            for layer in range(engine.layers):
+                q[layer].zero_()
+                k[layer].zero_()
+                q[layer][: step.q[layer].shape[0]] = step.q[layer]
+                k[layer][: step.k[layer].shape[0]] = step.k[layer]
+            graph.replay()
+        torch.cuda.synchronize()
+        delta = hooks._runtime.state.read_counters() - before
+        rows = len(prefixes) * DRAFTS
+        for layer in range(engine.layers):
+            out = outputs[layer].view(-1, engine.num_heads, KV_LORA_RANK)[:rows].double()
+            assert (out - step.expected[layer]).abs().max().item() < TOLERANCE, (mode, layer)
+            assert delta[layer, CALLS] == 1, (mode, layer)
+            assert delta[layer, COMPARED] == (mode == "shadow"), (mode, layer)
+            assert delta[layer, SERVED] == (mode == "custom"), (mode, layer)
+        if mode == "custom":
+            assert int(gated.abs().sum()) == 0, "custom: SGLang's kernel must get an empty extend"
+        else:
+            assert torch.equal(gated, backend.forward_metadata.qo_indptr), mode
