@@ -25,6 +25,8 @@ def test_graph_captures_succeed_while_the_control_thread_switches_and_drains(tmp
     monkeypatch.setattr(runtime_module, "DRAIN_INTERVAL_S", 0.0)  # a device read at every poll
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()), poll_s=0.001)
+    # The kernel comes from kernel_ext's own search here, not a staged release: name one, as a staged host would.
+    runtime.release_id = runtime.control.state.release_id = "0123456789-gpu000"
     assert runtime.state is not None, runtime.unavailable
     stop = threading.Event()
 
@@ -33,7 +35,8 @@ def test_graph_captures_succeed_while_the_control_thread_switches_and_drains(tmp
         generation = 1
         while not stop.is_set():
             record = ControlRecord(mode=("triton", "shadow")[generation % 2], generation=generation,
-                                   lease_expires_at=time.time() + 60)
+                                   lease_expires_at=time.time() + 60, release_id=runtime.release_id,
+                                   set_by="test", set_at=time.time())
             atomic_write_text(paths.control, record.to_json())
             generation += 1
             time.sleep(0.005)

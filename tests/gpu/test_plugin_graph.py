@@ -41,6 +41,8 @@ def setup(tmp_path):
 
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()))
+    # The kernel comes from kernel_ext's own search here, not a staged release: name one, as a staged host would.
+    runtime.release_id = runtime.control.state.release_id = "0123456789-gpu000"
     assert isinstance(runtime.kernels, CudaKernels), runtime.unavailable
     stock = resolve_stock_kernel()[0]
     batch = make_verify_batch(8, 16, 4, [1000, 2048, 513, 4096], device="cuda", seed=11,
@@ -125,7 +127,9 @@ def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
         assert beat().kernel == "cuda", beat().reason
         for generation, mode in enumerate(("shadow", "custom"), start=1):
             atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
-                                                           lease_expires_at=time.time() + 600).to_json())
+                                                           lease_expires_at=time.time() + 600,
+                                                           release_id=runtime.release_id, set_by="test",
+                                                           set_at=time.time()).to_json())
             deadline = time.time() + 1.0
             while time.time() < deadline and beat().mode_active != mode:
                 time.sleep(0.02)
