@@ -19,7 +19,8 @@ from cutover.hostprotocol import phases
 from cutover.config import Host, Settings
 from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
-from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
+from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, RESET_GENERATION, ControlRecord, Heartbeat,
+                                             finite_number, journal_entry, load_record, next_generation)
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
@@ -58,6 +59,21 @@ class LockRecord:
         """Whether the lock ran out at `now`, a time on the host's clock (HostState.now)."""
         return now >= self.expires_at
 
+    @classmethod
+    def from_json(cls, text: str) -> "LockRecord":
+        """The record of a lock file; ValueError for anything that is not a valid one."""
+        data = load_record(text, "lock file")
+        try:
+            record = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:  # a required field is missing
+            raise ValueError(f"lock file: {exc}") from None
+        texts = all(isinstance(getattr(record, name), str) for name in ("owner", "action", "token", "client"))
+        times = finite_number(record.acquired_at) and finite_number(record.expires_at)
+        pid = isinstance(record.pid, int) and not isinstance(record.pid, bool) and 0 <= record.pid < 2**31
+        if not (texts and times and pid):
+            raise ValueError("lock file has a field of the wrong type")
+        return record
+
     def describe(self, now: float) -> str:
         left = self.expires_at - now
         state = f"{left:.0f} s left" if left > 0 else f"expired {-left:.0f} s ago"
@@ -66,11 +82,11 @@ class LockRecord:
 
 
 def parse_lock(text: str) -> LockRecord:
-    """A lock file's record; an unreadable one reads as long expired (it can be taken over)."""
+    """A lock file's record; an unreadable one (any content that is not a valid lock) reads as long expired, so it
+    can be taken over: an unparseable lock never blocks anyone."""
     try:
-        data = json.loads(text)
-        return LockRecord(**{k: data[k] for k in LockRecord.__dataclass_fields__ if k in data})
-    except (ValueError, TypeError):
+        return LockRecord.from_json(text)
+    except ValueError:
         return LockRecord(owner="<unreadable lock file>", action="?", acquired_at=0.0, expires_at=0.0, client="")
 
 
@@ -82,6 +98,17 @@ class PhaseRecord:
     set_by: str = ""
     reason: str = ""
     run_id: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> "PhaseRecord":
+        """The record of a phase file; ValueError for anything that is not a valid one."""
+        data = load_record(text, "phase file")
+        record = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        texts = all(isinstance(getattr(record, name), str) for name in ("phase", "set_by", "reason"))
+        optional = all(value is None or isinstance(value, str) for value in (record.release_id, record.run_id))
+        if not (texts and optional and finite_number(record.updated_at)):
+            raise ValueError("phase file has a field of the wrong type")
+        return record
 
 
 @dataclass
@@ -128,7 +155,7 @@ class HostState:
             return None
         try:
             return ControlRecord.from_json(text)
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise HostError(
                 f"host {self.host.name}: {self.paths.control} is corrupt ({exc})",
                 hint="run `cutover rollback`: it rewrites the control file in mode triton",
@@ -139,7 +166,9 @@ class HostState:
                  stacks: list | None = None) -> ControlRecord:
         """Write a new control generation asking every rank for `mode`; returns the record written. With
         `expect_generation`, only on top of that generation: a change the caller has not seen (a rollback)
-        is never overwritten. `stacks`: the only serving stacks the ranks may run `mode` on (None: any)."""
+        is never overwritten. `stacks`: the only serving stacks the ranks may run `mode` on (None: any). Where the
+        generation must restart (past MAX_GENERATION), only triton is written, as a reset the ranks take."""
+        check_lease_s(lease_s)
         with self._writing_control() as lock:
             if expect_generation is not None:
                 current = self._require_generation(expect_generation)
@@ -148,9 +177,16 @@ class HostState:
                     current = self.read_control()
                 except HostError:
                     current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
+            beats = [v.heartbeat for v in self.ranks() if v.heartbeat]
+            generation = next_generation(current, beats)
+            resets = generation == RESET_GENERATION and (current is not None or bool(beats))
+            if resets and mode != "triton":
+                raise HostError(f"host {self.host.name}: the control generation must restart, which only a "
+                                "rollback does", hint="run `cutover rollback`, then the command again")
             record = ControlRecord(
                 mode=mode,
-                generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
+                generation=generation,
+                resets=resets,
                 lease_expires_at=self.now() + lease_s if lease_s else None,
                 release_id=release_id if release_id is not None else (current.release_id if current else None),
                 sample_rate=sample_rate or (current.sample_rate if current else 1),
@@ -166,6 +202,7 @@ class HostState:
     def renew_lease(self, generation: int, ttl_s: float) -> ControlRecord:
         """Push the lease of the current generation forward; refused if the generation changed under us
         (someone rolled back or re-armed): the caller must stop, not overwrite their decision."""
+        check_lease_s(ttl_s)
         with self._writing_control() as lock:
             current = self._require_generation(generation)
             current.lease_expires_at = self.now() + ttl_s
@@ -217,13 +254,19 @@ class HostState:
         return entry
 
     def last_journal_entry(self) -> dict | None:
+        entries = self.journal_tail()
+        return entries[-1] if entries else None
+
+    def journal_tail(self) -> list[dict]:
+        """The journal's last entries (a tail window), oldest first; a line that is not a JSON object is skipped."""
         text = self.transport.read_tail(self.paths.journal, JOURNAL_TAIL_BYTES)
-        for line in reversed((text or "").splitlines()):
+        entries = []
+        for line in (text or "").splitlines():
             try:
-                return json.loads(line)
+                entries.append(load_record(line, "journal line"))
             except ValueError:
                 continue
-        return None
+        return entries
 
     # lock -----------------------------------------------------------------------------------------------
     def read_lock(self) -> LockRecord | None:
@@ -285,9 +328,8 @@ class HostState:
         if text is None:
             return PhaseRecord()
         try:
-            data = json.loads(text)
-            return PhaseRecord(**{k: data[k] for k in PhaseRecord.__dataclass_fields__ if k in data})
-        except (ValueError, TypeError) as exc:
+            return PhaseRecord.from_json(text)
+        except ValueError as exc:
             raise HostError(f"host {self.host.name}: {self.paths.phase} is corrupt ({exc})",
                             hint="run `cutover rollback`, then `cutover stage` to re-establish the phase") from exc
 
@@ -327,7 +369,7 @@ class HostState:
             if text:
                 try:
                     heartbeat = Heartbeat.from_json(text)
-                except (ValueError, TypeError):
+                except ValueError:
                     heartbeat = None
             age = now - heartbeat.written_at if heartbeat else None
             live = heartbeat is not None and heartbeat.live(self.settings.heartbeat_stale_s, now)
@@ -398,10 +440,9 @@ class HostState:
     def read_verdict(self, run_id: str) -> dict | None:
         """The verdict of shadow run `run_id` on this host; None when it is missing or not a JSON object."""
         try:
-            verdict = json.loads(self.transport.read_text(self.paths.verdict(run_id)) or "")
+            return load_record(self.transport.read_text(self.paths.verdict(run_id)) or "", "verdict")
         except ValueError:
             return None
-        return verdict if isinstance(verdict, dict) else None
 
     def recent_divergence(self) -> dict[int, dict]:
         """Per rank, a summary of the last stats line with layers: worst relative L2 and max abs over layers,
@@ -423,10 +464,10 @@ class HostState:
                 return None
             for line in reversed(text.splitlines()):
                 try:
-                    record = json.loads(line)
+                    record = load_record(line, "stats line")
                 except ValueError:
                     continue
-                if isinstance(record, dict) and record.get("layers"):
+                if isinstance(record.get("layers"), dict) and record["layers"]:
                     return record
             if window >= STATS_TAIL_MAX_BYTES or (self.transport.size(path) or 0) <= window:
                 return None  # the cap, or the whole file was in the window already
@@ -442,15 +483,28 @@ def release_of(views: list[RankView]) -> str | None:
 
 
 def summarize_stats(record: dict) -> dict:
-    """Collapse one stats record (architecture.md) to the worst values over its layers."""
-    layers = (record.get("layers") or {}).values()
+    """Collapse one stats record (architecture.md) to the worst values over its layers; a layer or a value of
+    the wrong type counts as absent."""
+    layers = [layer for layer in (record.get("layers") or {}).values() if isinstance(layer, dict)]
+
+    def values(name: str) -> list:
+        return [layer[name] for layer in layers if finite_number(layer.get(name))]
+
     return {
-        "ts": record.get("ts"),
-        "mode": record.get("mode"),
-        "kernel": record.get("kernel"),
-        "calls": sum(layer.get("calls", 0) for layer in layers),
-        "compared": sum(layer.get("compared", 0) for layer in layers),
-        "rel_l2_max": max((layer.get("rel_l2_max", 0.0) for layer in layers), default=None),
-        "max_abs": max((layer.get("max_abs", 0.0) for layer in layers), default=None),
-        "nonfinite": sum(layer.get("nonfinite_custom", 0) + layer.get("nonfinite_stock", 0) for layer in layers),
+        "ts": record.get("ts") if finite_number(record.get("ts")) else None,
+        "mode": record.get("mode") if isinstance(record.get("mode"), str) else None,
+        "kernel": record.get("kernel") if isinstance(record.get("kernel"), str) else None,
+        "calls": sum(values("calls")),
+        "compared": sum(values("compared")),
+        "rel_l2_max": max(values("rel_l2_max"), default=None),
+        "max_abs": max(values("max_abs"), default=None),
+        "nonfinite": sum(values("nonfinite_custom")) + sum(values("nonfinite_stock")),
     }
+
+
+def check_lease_s(lease_s: float | None) -> None:
+    """HostError unless `lease_s` is None (leaseless) or a finite duration up to MAX_LEASE_AHEAD_S."""
+    if lease_s is not None and not (finite_number(lease_s) and 0 < lease_s <= MAX_LEASE_AHEAD_S):
+        raise HostError(f"a lease of {lease_s!r} s is refused: it must be more than 0 and at most "
+                        f"{MAX_LEASE_AHEAD_S:.0f} s (the plugin clamps any longer lease to that)",
+                        hint=f"pass --lease-ttl between 1 and {MAX_LEASE_AHEAD_S:.0f}")

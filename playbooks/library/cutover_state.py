@@ -39,6 +39,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cutover_controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
 from ansible.module_utils.cutover_hostlayout import (
+    RESET_GENERATION,
     ControlRecord,
     HostPaths,
     append_jsonl,
@@ -48,7 +49,9 @@ from ansible.module_utils.cutover_hostlayout import (
     next_generation,
     read_json,
     recorded_heartbeats,
+    release_tree_problem,
     sha256_file,
+    triton_in_force,
 )
 from ansible.module_utils.cutover_phases import phase_after_stage
 
@@ -96,15 +99,10 @@ def usable(current):
     return current if current is not None and current.mode != "corrupt" else None
 
 
-def triton_in_force(current, beats):
-    """control.json asks for triton with a generation no rank has passed (ranks ignore older generations)."""
-    return (current is not None and current.mode == "triton"
-            and all(beat.generation_seen <= current.generation for beat in beats))
-
-
 def write_triton(paths, lock, current, beats, operator, reason, release_id):
     """control.json in mode triton at the next generation, holding `lock` (control_write_lock)."""
-    record = ControlRecord(mode="triton", generation=next_generation(usable(current), beats),
+    generation = next_generation(usable(current), beats)
+    record = ControlRecord(mode="triton", generation=generation, resets=generation == RESET_GENERATION,
                            release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
     lock.confirm()
     atomic_write_text(paths.control, record.to_json())
@@ -210,6 +208,11 @@ def intact_other_build(release_dir):
 
 
 def verify_release(module, paths, params):
+    problem = release_tree_problem(params["release_dir"])
+    if problem:
+        module.fail_json(msg="release %s: %s; a release holds regular files only: nothing was switched (remove %s "
+                             "on the host, then stage again)" % (os.path.basename(params["release_dir"]), problem,
+                                                                 params["release_dir"]))
     mismatches = file_mismatches(params["release_dir"], params["files"])
     if mismatches:
         if os.path.basename(params["release_dir"]).startswith(".incoming-"):
