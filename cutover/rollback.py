@@ -157,7 +157,7 @@ def _follow_up_allowed(host: Host, line: HostRollback, uninstall: bool) -> bool:
 def _fast_flip(state: HostState, line: HostRollback, reason: str) -> None:
     """control.json -> triton (unless already), wait for every rank, journal it, phase rolled_back. An
     acknowledgement timeout is journaled and phased too (control.json asks for triton by then), then raised."""
-    lock = _take_lock_if_free(state, line)
+    lock = _take_lock_if_free(state, line, reason)
     try:
         try:
             control = state.read_control()
@@ -197,14 +197,15 @@ def _record_flip(state: HostState, line: HostRollback, reason: str) -> None:
         state.set_phase("rolled_back", reason=reason, force=phase == "unknown")
 
 
-def _take_lock_if_free(state: HostState, line: HostRollback) -> LockRecord | None:
+def _take_lock_if_free(state: HostState, line: HostRollback, reason: str) -> LockRecord | None:
     try:
         return state.acquire_lock("rollback", ttl_s=max(60.0, state.settings.ack_timeout_s * 4))
     except LockHeldError:
         held = state.read_lock()
         owner = held.owner if held else "another operator"
         line.messages.append(f"lock held by {owner}: rolled back to triton anyway (the safe direction)")
-        state.journal("rollback_overrode_lock", lock_owner=owner, lock_action=held.action if held else None)
+        state.journal("rollback_overrode_lock", lock_owner=owner, lock_action=held.action if held else None,
+                      reason=reason)
         return None
 
 
