@@ -20,7 +20,8 @@ from cutover.config import Host, Settings
 from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
 from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, RESET_GENERATION, ControlRecord, Heartbeat,
-                                             finite_number, journal_entry, load_record, next_generation)
+                                             finite_number, journal_entry, load_record, next_generation,
+                                             stats_record)
 from cutover.transport import Transport
 
 JOURNAL_TAIL_BYTES = 16384
@@ -463,11 +464,8 @@ class HostState:
             if text is None:
                 return None
             for line in reversed(text.splitlines()):
-                try:
-                    record = load_record(line, "stats line")
-                except ValueError:
-                    continue
-                if isinstance(record.get("layers"), dict) and record["layers"]:
+                record = stats_record(line)
+                if record is not None and record.get("layers"):
                     return record
             if window >= STATS_TAIL_MAX_BYTES or (self.transport.size(path) or 0) <= window:
                 return None  # the cap, or the whole file was in the window already
@@ -485,7 +483,8 @@ def release_of(views: list[RankView]) -> str | None:
 def summarize_stats(record: dict) -> dict:
     """Collapse one stats record (architecture.md) to the worst values over its layers; a layer or a value of
     the wrong type counts as absent."""
-    layers = [layer for layer in (record.get("layers") or {}).values() if isinstance(layer, dict)]
+    layers = record.get("layers") if isinstance(record.get("layers"), dict) else {}
+    layers = [layer for layer in layers.values() if isinstance(layer, dict)]
 
     def values(name: str) -> list:
         return [layer[name] for layer in layers if finite_number(layer.get(name))]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cutover.hostprotocol.acceptance import PYTHON_DIR
 from cutover.errors import BuildError, ConfigError, CutoverError
-from cutover.hostprotocol.hostlayout import release_tree_problem, sha256_file
+from cutover.hostprotocol.hostlayout import load_record, release_tree_problem, sha256_file, short_repr
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -223,10 +223,10 @@ def load_release(path: Path) -> Release:
                           hint="rebuild with `cutover build` (it writes regular files only)")
     manifest_path = path / MANIFEST
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = load_record(manifest_path.read_bytes(), "manifest")
     except FileNotFoundError as exc:
         raise ConfigError(f"{path} is not a release: it has no {MANIFEST}", hint="run `cutover build`") from exc
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError) as exc:  # ValueError: not a JSON object, not UTF-8, too large or too deep
         raise ConfigError(f"{manifest_path} cannot be read as JSON: {exc}",
                           hint="rebuild with `cutover build`") from exc
     _check_manifest(manifest_path, manifest, path.resolve().name)
@@ -242,7 +242,7 @@ def _check_manifest(manifest_path: Path, manifest, directory: str) -> None:
         if name not in manifest:
             problem = "is missing"
         elif not valid(manifest[name]):
-            problem = f"must be {wanted}, found {manifest[name]!r}"
+            problem = f"must be {wanted}, found {short_repr(manifest[name])}"
         else:
             continue
         raise ConfigError(f"{manifest_path}: field {name!r} {problem}",

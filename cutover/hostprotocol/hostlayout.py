@@ -479,6 +479,41 @@ def append_jsonl(path: str, record: dict) -> None:
         os.close(fd)
 
 
+def stats_record(line: str) -> dict | None:
+    """One stats line (cutover/plugin/stats.py) as a record the gates can fold: None for a line that is not one
+    (torn by a full disk, foreign, or with a field of the wrong type), which never counts for or against a run."""
+    try:
+        record = load_record(line, "stats line")
+    except ValueError:
+        return None
+    layers, truth = record.get("layers") or {}, record.get("truth") or []
+    ints = all(isinstance(record.get(name), int) and not isinstance(record.get(name), bool)
+               and abs(record[name]) <= MAX_GENERATION for name in ("rank", "generation"))
+    if not (ints and finite_number(record.get("ts")) and isinstance(record.get("mode"), str)
+            and isinstance(layers, dict) and isinstance(truth, list)):
+        return None
+    for layer in layers.values():
+        if not isinstance(layer, dict) or not all(_layer_value_ok(name, value) for name, value in layer.items()):
+            return None
+    for sample in truth:
+        if not isinstance(sample, dict) or not all(_real(sample.get(name)) for name in ("err_custom", "err_stock")):
+            return None
+    return record
+
+
+def _real(value) -> bool:
+    """A JSON number (bool excluded); non-finite floats are data in a stats line (a NaN output)."""
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63)
+
+
+def _layer_value_ok(name: str, value) -> bool:
+    """rel_l2_max and max_abs are real numbers; every other layer field counts (an integer, or a list of them)."""
+    if name in ("rel_l2_max", "max_abs"):
+        return _real(value)
+    counts = value if isinstance(value, list) and len(value) <= 1024 else [value]
+    return all(_real(count) and not isinstance(count, float) for count in counts)
+
+
 def journal_entry(action: str, actor: str, **details) -> dict:
     """One journal.jsonl record: when, who, what, and the action's own details."""
     return {"ts": time.time(), "actor": actor, "action": action, **details}

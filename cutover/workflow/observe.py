@@ -7,7 +7,6 @@ a host whose clock is off cannot look alive or dead; an unreachable host's ranks
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Callable, TypeVar
 from checks.gates import RankObservation
 from cutover.config import Host, Settings
 from cutover.errors import CutoverError, HostError
+from cutover.hostprotocol.hostlayout import stats_record
 from cutover.hoststate import HostState, LockRecord, RankView
 from cutover.transport import open_transport
 from cutover.workflow.probes import ServerSample
@@ -189,9 +189,5 @@ class StatsTail:
             if chunk is None:
                 continue
             text, self.offsets[rank] = chunk
-            for line in text.splitlines():
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    continue  # a torn or foreign line never counts for or against a run
+            records += [record for record in map(stats_record, text.splitlines()) if record is not None]
         return records

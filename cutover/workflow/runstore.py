@@ -13,7 +13,7 @@ from pathlib import Path
 from checks.policy import Policy
 
 from cutover.errors import ConfigError
-from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text
+from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text, load_record, stats_record
 from cutover.workflow.verdict import VerdictRecord
 
 REPORTS_DIR_ENV = "CUTOVER_REPORTS_DIR"
@@ -73,7 +73,7 @@ class RunStore:
         atomic_write_text(str(self.run_file), json.dumps(meta, indent=2, sort_keys=True))
 
     def load_run(self) -> dict:
-        return json.loads(self._read(self.run_file))
+        return self._record(self.run_file, lambda text: load_record(text, "run.json"))
 
     def append_stats(self, host: str, rank: int, record: dict) -> None:
         append_jsonl(str(self.stats_file(host, rank)), record)
@@ -91,7 +91,7 @@ class RunStore:
                     for line in lines:
                         if not line.strip():
                             continue
-                        record = _json_object(line)
+                        record = stats_record(line)
                         if record is None:
                             self.unreadable_lines += 1
                         else:
@@ -103,7 +103,15 @@ class RunStore:
     def load_verdict(self) -> VerdictRecord | None:
         if not self.verdict_file.exists():
             return None
-        return VerdictRecord.from_json(self._read(self.verdict_file))
+        return self._record(self.verdict_file, VerdictRecord.from_json)
+
+    def _record(self, path: Path, parse):
+        """`parse(text)` of the file at `path`; ConfigError naming the file when it is not a usable record."""
+        try:
+            return parse(self._read(path))
+        except ValueError as exc:
+            raise ConfigError(f"run {self.run_id}: {path} is not a usable record ({exc})",
+                              hint="run `cutover report` with another run id, or shadow again") from None
 
     def _read(self, path: Path) -> str:
         try:
@@ -113,14 +121,6 @@ class RunStore:
                 f"run {self.run_id}: {path} not found",
                 hint="run `cutover report` with a run id listed under the reports directory",
             ) from None
-
-
-def _json_object(line: str) -> dict | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def latest_run_id(root: str | Path | None = None) -> str:

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from checks.gates import RankObservation
+from cutover.hostprotocol.hostlayout import load_record
 
 OUTCOMES = ("passed", "failed", "aborted")
 
@@ -65,10 +66,13 @@ class VerdictRecord:
 
     @classmethod
     def from_json(cls, text: str) -> "VerdictRecord":
-        data = json.loads(text)
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        record = cls(**known)
-        if record.outcome not in OUTCOMES:
+        """The record of a verdict file; ValueError for anything that is not a usable one."""
+        data = load_record(text, "verdict")
+        try:
+            record = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        except TypeError as exc:  # a required field is missing
+            raise ValueError(f"verdict: {exc}") from None
+        if not isinstance(record.outcome, str) or record.outcome not in OUTCOMES:
             raise ValueError(f"verdict outcome {record.outcome!r} is not one of {OUTCOMES}")
         return record
 

@@ -199,12 +199,8 @@ def file_mismatches(release_dir, files):
 
 def intact_other_build(release_dir):
     """True when release_dir matches its own manifest: a different build of the same sources, not damage."""
-    try:
-        with open(os.path.join(release_dir, "manifest.json")) as handle:
-            files = json.load(handle)["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(files) and not file_mismatches(release_dir, files)
+    files = (read_json(os.path.join(release_dir, "manifest.json")) or {}).get("files")
+    return isinstance(files, dict) and bool(files) and not file_mismatches(release_dir, files)
 
 
 def verify_release(module, paths, params):
