@@ -21,7 +21,8 @@ MAX_SECONDS = 7 * 86400.0
 def check_connection_values(file: Path | str, host: str, values: dict) -> None:
     """ConfigError for the first connection variable of `host` (its resolved `values`) that cutover cannot use."""
     def bad(name: str, problem: str, hint: str) -> ConfigError:
-        return ConfigError(f"{file}: host {host!r}: field {name!r} {problem}, found {short_repr(values[name])}", hint=hint)
+        return ConfigError(f"{file}: host {host!r}: field {name!r} {problem}, found {short_repr(values[name])}",
+                           hint=hint)
 
     for name in PORT_VARS:
         value = values.get(name)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from tests.gpu.staging import stage_built_library
 
 pytestmark = pytest.mark.gpu
 CAPTURES, OPS_PER_CAPTURE = 20, 20000
@@ -24,9 +25,8 @@ def test_graph_captures_succeed_while_the_control_thread_switches_and_drains(tmp
 
     monkeypatch.setattr(runtime_module, "DRAIN_INTERVAL_S", 0.0)  # a device read at every poll
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    stage_built_library(paths)
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()), poll_s=0.001)
-    # The kernel comes from kernel_ext's own search here, not a staged release: name one, as a staged host would.
-    runtime.release_id = runtime.control.state.release_id = "0123456789-gpu000"
     assert runtime.state is not None, runtime.unavailable
     stop = threading.Event()
 

@@ -15,7 +15,7 @@ from cutover.hostprotocol.hostlayout import read_heartbeat
 from cutover.rollback import rollback_hosts
 from cutover.workflow.verdict import first_to_stop, operator_rollbacks
 
-from .test_shadow_run import SETTINGS, world  # noqa: F401 - world: a fixture
+from .test_shadow_run import world  # noqa: F401 - world: a fixture
 
 BOB = Settings(operator="bob@elsewhere", ack_timeout_s=5.0)
 
