@@ -150,3 +150,14 @@ def test_any_control_bytes_give_triton_or_a_valid_mode_and_a_heartbeat(runtime, 
             assert record.set_by and record.set_at > 0
             assert runtime.control.state.lease_expires_at is None or runtime.control.state.lease_expires_at > now
             assert (runtime.control.state.lease_expires_at or 0) <= now + MAX_LEASE_AHEAD_S
+
+
+def test_a_drain_that_fails_still_lets_the_heartbeat_through(runtime, paths, write_control, monkeypatch):
+    def broken_drain(write):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(runtime, "drain", broken_drain)
+    write_control("shadow", 1)
+    assert runtime.control.poll_once().mode == "shadow"
+    beat = heartbeat(paths)
+    assert beat.mode_active == "shadow" and beat.counters["errors"] >= 1
