@@ -19,8 +19,8 @@ from cutover.hostprotocol import phases
 from cutover.config import Host, Settings
 from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
-from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, RESET_GENERATION, ControlRecord, Heartbeat,
-                                             finite_number, journal_entry, load_record, next_generation,
+from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, ControlRecord, Heartbeat, finite_number,
+                                             generation_resets, journal_entry, load_record, next_generation,
                                              stats_record)
 from cutover.transport import Transport
 
@@ -179,14 +179,13 @@ class HostState:
                 except HostError:
                     current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
             beats = [v.heartbeat for v in self.ranks() if v.heartbeat]
-            generation = next_generation(current, beats)
-            resets = generation == RESET_GENERATION and (current is not None or bool(beats))
+            resets = generation_resets(current, beats)
             if resets and mode != "triton":
                 raise HostError(f"host {self.host.name}: the control generation must restart, which only a "
                                 "rollback does", hint="run `cutover rollback`, then the command again")
             record = ControlRecord(
                 mode=mode,
-                generation=generation,
+                generation=next_generation(current, beats),
                 resets=resets,
                 lease_expires_at=self.now() + lease_s if lease_s else None,
                 release_id=release_id if release_id is not None else (current.release_id if current else None),

@@ -377,10 +377,20 @@ def recorded_heartbeats(paths: HostPaths) -> list[Heartbeat]:
 def next_generation(current: ControlRecord | None, heartbeats: Iterable[Heartbeat]) -> int:
     """The generation of the next control record: above the file's (None: missing or corrupt) and above every
     generation a rank has seen, since ranks apply strictly newer generations only and ignore the rest. Past
-    MAX_GENERATION it is RESET_GENERATION: only a triton record may be written there, with `resets` set."""
-    seen = [beat.generation_seen for beat in heartbeats if generation_ok(beat.generation_seen)]
-    following = max([current.generation if current else 0, *seen]) + 1
+    MAX_GENERATION it is RESET_GENERATION (generation_resets): only a triton record may be written there, with
+    `resets` set."""
+    following = _following_generation(current, heartbeats)
     return following if following <= MAX_GENERATION else RESET_GENERATION
+
+
+def generation_resets(current: ControlRecord | None, heartbeats: Iterable[Heartbeat]) -> bool:
+    """Whether the next generation restarts the count (next_generation is RESET_GENERATION past the maximum)."""
+    return _following_generation(current, heartbeats) > MAX_GENERATION
+
+
+def _following_generation(current: ControlRecord | None, heartbeats: Iterable[Heartbeat]) -> int:
+    seen = [beat.generation_seen for beat in heartbeats if generation_ok(beat.generation_seen)]
+    return max([current.generation if current else 0, *seen]) + 1
 
 
 RESET_GENERATION = 1

@@ -39,11 +39,11 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cutover_controlwrite import ControlLockBusy, ControlWriteLock, LocalFiles
 from ansible.module_utils.cutover_hostlayout import (
-    RESET_GENERATION,
     ControlRecord,
     HostPaths,
     append_jsonl,
     atomic_write_text,
+    generation_resets,
     journal_entry,
     live_heartbeats,
     next_generation,
@@ -101,8 +101,8 @@ def usable(current):
 
 def write_triton(paths, lock, current, beats, operator, reason, release_id):
     """control.json in mode triton at the next generation, holding `lock` (control_write_lock)."""
-    generation = next_generation(usable(current), beats)
-    record = ControlRecord(mode="triton", generation=generation, resets=generation == RESET_GENERATION,
+    record = ControlRecord(mode="triton", generation=next_generation(usable(current), beats),
+                           resets=generation_resets(usable(current), beats),
                            release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
     lock.confirm()
     atomic_write_text(paths.control, record.to_json())

@@ -124,3 +124,26 @@ def test_rollback_ends_on_triton_whatever_the_state_files_hold(tmp_path_factory,
     [line] = rollback_hosts(inventory, inventory.hosts, Settings(operator=OPERATOR, ack_timeout_s=0.5))
     assert line.ok and line.path == "fast", line.messages
     assert control_of(paths).mode == "triton"
+
+
+def test_only_a_generation_past_the_maximum_resets(local_inventory, tmp_path):
+    """A host whose ranks saw no control file yet (generation_seen -1) arms at generation 1 without a reset; past
+    the maximum only triton can be written, and any other mode is refused until a rollback resets."""
+    from cutover.errors import HostError
+    from cutover.hoststate import HostState
+    from cutover.transport import open_transport
+
+    paths = paths_of(tmp_path)
+    host = load_inventory(str(local_inventory)).hosts[0]
+    beat = Heartbeat(rank=0, pid=1, host="h", mode_active="triton", generation_seen=-1, release_id="r",
+                     kernel="cuda", written_at=time.time() - 3600)
+    atomic_write_text(paths.heartbeat(0), beat.to_json())
+    with open_transport(host) as transport:
+        state = HostState(host, transport, Settings(operator=OPERATOR))
+        record = state.set_mode("shadow", reason="t", lease_s=30, release_id="r")
+        assert (record.generation, record.resets) == (1, False)
+        atomic_write_text(paths.heartbeat(0), Heartbeat(**{**beat.__dict__, "generation_seen": MAX_GENERATION})
+                          .to_json())
+        with pytest.raises(HostError, match="only a rollback does"):
+            state.set_mode("shadow", reason="t", lease_s=30, release_id="r")
+        assert (state.set_mode("triton", reason="t").generation, control_of(paths).resets) == (1, True)
