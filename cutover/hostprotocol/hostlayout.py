@@ -497,9 +497,10 @@ def stats_record(line: str) -> dict | None:
     except ValueError:
         return None
     layers, truth = record.get("layers") or {}, record.get("truth") or []
-    ints = all(isinstance(record.get(name), int) and not isinstance(record.get(name), bool)
-               and abs(record[name]) <= MAX_GENERATION for name in ("rank", "generation"))
-    if not (ints and finite_number(record.get("ts")) and isinstance(record.get("mode"), str)
+    ints = all(record.get(name) is None or (isinstance(record[name], int) and not isinstance(record[name], bool)
+                                            and abs(record[name]) <= MAX_GENERATION) for name in ("rank", "generation"))
+    ts, mode = record.get("ts"), record.get("mode")
+    if not (ints and (ts is None or finite_number(ts)) and (mode is None or isinstance(mode, str))
             and isinstance(layers, dict) and isinstance(truth, list)):
         return None
     for layer in layers.values():

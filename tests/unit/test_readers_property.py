@@ -65,12 +65,24 @@ def test_record_parsers_give_a_record_or_a_value_error(content):
     assert math.isfinite(lock.expires_at) and isinstance(lock.owner, str)
 
 
-@given(content=CONTENTS)
+LAYER_FIELDS = ["calls", "compared", "rel_l2_max", "rel_l2_hist", "max_abs", "nonfinite_custom", "nonfinite_stock"]
+STATS_LINES = st.fixed_dictionaries(
+    {"rank": st.one_of(st.integers(-2, 8), VALUES), "generation": st.one_of(st.integers(0, 9), VALUES),
+     "ts": st.one_of(st.floats(), VALUES), "mode": st.sampled_from(["shadow", "triton"]),
+     "layers": st.dictionaries(st.text(max_size=3), st.one_of(
+         st.dictionaries(st.sampled_from(LAYER_FIELDS), st.one_of(NUMBERS, st.lists(NUMBERS, max_size=4), VALUES)),
+         VALUES), max_size=3),
+     "truth": st.lists(st.one_of(st.fixed_dictionaries({"layer": VALUES, "err_custom": NUMBERS,
+                                                         "err_stock": NUMBERS}), VALUES), max_size=3)},
+).map(_dumped)
+
+
+@given(content=st.one_of(CONTENTS, STATS_LINES))
 def test_stats_lines_are_records_the_gates_fold_or_none(content):
     record = stats_record(content.decode(errors="replace"))
     if record is None:
         return
-    summary = StatsSummary(generations={"h": record["generation"]})
+    summary = StatsSummary(generations={"h": record.get("generation")}, truth_k=2.0, truth_floor=1e-3)
     record["mode"] = "shadow"
     summary.add("h", record)  # no exception: the gates can fold whatever the reader lets through
     summarize_stats(record)
