@@ -8,7 +8,8 @@ Adding a verb: write `cutover/cli/<verb>.py` with a function `register(app: type
 
 Library code raises `cutover.errors.CutoverError` subclasses; this module's error boundary prints
 `error: <message>` (and `  fix: <hint>`) on stderr and exits with the error's exit code. With `--json` the
-same error is one JSON object on stdout, `{"error": ..., "fix": ..., "exit_code": ...}`. Any other exception
+same error is one JSON object on stdout, `{"error": ..., "fix": ..., "exit_code": ...}` (on stderr as text when
+the verb wrote its JSON document already: stdout stays one document). Any other exception
 (a bug, or an input no check names) becomes one line naming it and how to see the traceback (`-v`, which
 re-raises it), with exit code UNEXPECTED_EXIT_CODE: never a bare traceback.
 """
@@ -35,6 +36,7 @@ class CutoverGroup(TyperGroup):
 
     def invoke(self, ctx):
         words = [*ctx._protected_args, *ctx.args]  # the verb's own words, read before the verb consumes them
+        common.json_document_written(reset=True)
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
@@ -64,7 +66,9 @@ def _first_line(err: BaseException) -> str:
 
 
 def _fail(ctx: typer.Context, words: list[str], message: str, hint: str | None, exit_code: int):
-    if _flag(ctx, words, "json"):
+    """Report the error and exit: a JSON object on stdout with --json, unless the verb wrote its JSON document
+    there already (stdout stays one document, which names the problem itself); else two lines on stderr."""
+    if _flag(ctx, words, "json") and not common.json_document_written():
         sys.stdout.write(jsonout.dumps({"error": message, "fix": hint, "exit_code": exit_code}, sort_keys=True) + "\n")
     else:
         typer.echo(f"error: {message}" + (f"\n  fix: {hint}" if hint else ""), err=True)

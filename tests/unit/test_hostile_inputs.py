@@ -134,3 +134,16 @@ def test_any_file_content_loads_or_is_a_config_error(tmp_path_factory, content):
             load(str(path))
         except ConfigError:
             pass
+
+
+def test_a_json_document_already_written_stays_the_only_thing_on_stdout(invoke, tmp_path):
+    """status --json writes its document, then fails for the unreachable host: stdout stays that one document and
+    the error goes to stderr."""
+    inventory = write_inventory(tmp_path / "inventory.yml", tmp_path, ansible_connection="ssh",
+                                ansible_host="127.0.0.1", ansible_port=1, serving_python="/usr/bin/python3",
+                                cutover_connect_timeout_s=2)
+    result = invoke("status", "-i", inventory, "--json")
+    assert result.exit_code == 4
+    document = json.loads(result.stdout)
+    assert document["hosts"][0]["reachable"] is False
+    assert result.stderr.startswith("error: ")
