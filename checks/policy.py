@@ -14,9 +14,10 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import yaml
 
 from cutover.errors import ConfigError
+from cutover.hostprotocol.hostlayout import short_repr
+from cutover.safeyaml import load_yaml
 
 DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.yml"
 POLICY_VERSION = 1
@@ -100,7 +101,9 @@ def _check_value(source: str, dotted: str, name: str, value: object) -> float | 
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         exponent = isinstance(value, str) and re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", value.strip())
         note = f" (YAML reads {value} as text: write it with a decimal point, e.g. 5.0e-3)" if exponent else ""
-        raise _fail(source, dotted, f"must be a number, got {value!r}{note}")
+        raise _fail(source, dotted, f"must be a number, got {short_repr(value)}{note}")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise _fail(source, dotted, "is out of range (at most 2**53)")
     if kind is int and (not float(value).is_integer()):
         raise _fail(source, dotted, f"must be a whole number, got {value!r}")
     if not math.isfinite(value):
@@ -113,18 +116,7 @@ def _check_value(source: str, dotted: str, name: str, value: object) -> float | 
 
 def _read_yaml(path: Path) -> dict:
     source = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"policy {source}: file not found", hint="pass an existing file to --policy") from None
-    except OSError as exc:
-        raise ConfigError(
-            f"policy {source}: cannot read it ({exc.strerror})", hint="check the path and its permissions"
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"policy {source}: not valid YAML ({exc})", hint="fix the YAML syntax") from None
+    data = load_yaml(path, "policy")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -138,7 +130,7 @@ def _declared_scope(source: str, data: dict) -> str | None:
         return None
     scope = data.pop("scope")
     if scope not in SCOPES:
-        raise _fail(source, "scope", f"must be one of {', '.join(SCOPES)}, got {scope!r}")
+        raise _fail(source, "scope", f"must be one of {', '.join(SCOPES)}, got {short_repr(scope)}")
     return scope
 
 
@@ -148,7 +140,7 @@ def _validated_values(path: Path) -> tuple[str | None, dict[str, dict]]:
     data = _read_yaml(path)
     version = data.pop("version", POLICY_VERSION)
     if version != POLICY_VERSION:
-        raise _fail(source, "version", f"must be {POLICY_VERSION}, got {version!r}")
+        raise _fail(source, "version", f"must be {POLICY_VERSION}, got {short_repr(version)}")
     scope = _declared_scope(source, data)
     values: dict[str, dict] = {}
     for section, body in data.items():

@@ -14,6 +14,7 @@ the operator's side: who they are, lock and ack timings, where releases are buil
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import re
 import shlex
@@ -22,11 +23,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from cutover import resources
 from cutover.errors import ConfigError
 from cutover.hostprotocol.hostlayout import HostPaths
+from cutover.inventoryvalues import check_connection_values
+from cutover.safeyaml import load_yaml
 
 SERVING_KINDS = ("sglang", "sandbox")
 NO_GPU = "none"
@@ -183,7 +185,7 @@ def load_settings(path: str | None) -> Settings:
         if explicit:
             raise ConfigError(f"config file {file} does not exist", hint="pass an existing file to --config")
         return Settings(operator=default_operator())
-    data = _read_yaml(file)
+    data = load_yaml(file, "config")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -193,7 +195,7 @@ def load_settings(path: str | None) -> Settings:
     if unknown:
         raise ConfigError(f"{file}: unknown field {unknown[0]!r}", hint=f"known fields: {', '.join(sorted(known))}")
     for name in ("lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s"):
-        if name in data and (not isinstance(data[name], (int, float)) or data[name] <= 0):
+        if name in data and not _seconds_ok(data[name]):
             raise ConfigError(f"{file}: field {name!r} must be a positive number of seconds, found {data[name]!r}")
     for name in ("operator", "releases_dir"):
         if name in data and (not isinstance(data[name], str) or not data[name]):
@@ -222,7 +224,7 @@ def resolve_inventory_path(path: str | None) -> Path:
 def load_inventory(path: str | None) -> Inventory:
     """Load, merge and validate an Ansible YAML inventory."""
     file = resolve_inventory_path(path)
-    data = _read_yaml(file)
+    data = load_yaml(file, "inventory")
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"{file}: an inventory must be a mapping of groups (e.g. `all:`), found {data!r}")
     graph = _InventoryGraph(file)
@@ -250,7 +252,7 @@ def _rollout_serial(file: Path, hosts: list[Host]) -> int | str | list:
 
 
 def _seconds_ok(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _serial_ok(value) -> bool:
@@ -260,17 +262,6 @@ def _serial_ok(value) -> bool:
     if isinstance(value, str):
         return bool(SERIAL_PERCENT.match(value))
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _read_yaml(file: Path):
-    try:
-        return yaml.safe_load(file.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {file}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
 
 
 @dataclass
@@ -433,6 +424,7 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
         return ConfigError(f"{file}: host {name!r}: field {field_name!r} {problem}", hint=hint)
 
     values = dict(values)
+    check_connection_values(file, name, values)
     local = values.get("ansible_connection") == "local"
     for key in PATH_VARS + OPERATOR_PATH_VARS + ("serving_kind", "gpu_arch", "tp_size"):
         if isinstance(values.get(key), str) and "{{" in values[key]:
@@ -478,8 +470,6 @@ def _validated_host(file: Path, name: str, values: dict) -> Host:
     if "cutover_serial" in values and not _serial_ok(values["cutover_serial"]):
         raise bad("cutover_serial", "must be a batch size, a percentage or a list of them (Ansible serial), "
                   f"found {values['cutover_serial']!r}", 'e.g. [1, "100%"] (the canary, then the rest) or 3')
-    if "serving_port" in values and not isinstance(values["serving_port"], int):
-        raise bad("serving_port", f"must be an integer port, found {values['serving_port']!r}")
     restart = values.get("serving_restart_command")
     if values["serving_kind"] == "sglang" and not (values.get("serving_service") or restart):
         raise bad("serving_service", "is missing", "name the systemd unit of SGLang, or set serving_restart_command")

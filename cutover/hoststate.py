@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from cutover.config import Host, Settings
 from cutover.errors import AckTimeoutError, HostError, LockHeldError, PhaseError
 from cutover.hostprotocol import phases
-from cutover.hostprotocol.phases import PhaseRecord
 from cutover.hostprotocol.controlwrite import ControlLockBusy, ControlWriteLock, remove_if_unchanged
-from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, journal_entry, next_generation
+from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, ControlRecord, Heartbeat, finite_number,
+                                             generation_resets, journal_entry, load_record, next_generation)
+from cutover.hostprotocol.phases import PhaseRecord
 from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.transport import Transport
 
@@ -60,6 +61,21 @@ class LockRecord:
         """Whether the lock ran out at `now`, a time on the host's clock (HostState.now)."""
         return now >= self.expires_at
 
+    @classmethod
+    def from_json(cls, text: str) -> "LockRecord":
+        """The record of a lock file; ValueError for anything that is not a valid one."""
+        data = load_record(text, "lock file")
+        try:
+            record = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:  # a required field is missing
+            raise ValueError(f"lock file: {exc}") from None
+        texts = all(isinstance(getattr(record, name), str) for name in ("owner", "action", "token", "client"))
+        times = finite_number(record.acquired_at) and finite_number(record.expires_at)
+        pid = isinstance(record.pid, int) and not isinstance(record.pid, bool) and 0 <= record.pid < 2**31
+        if not (texts and times and pid):
+            raise ValueError("lock file has a field of the wrong type")
+        return record
+
     def describe(self, now: float) -> str:
         left = self.expires_at - now
         state = f"{left:.0f} s left" if left > 0 else f"expired {-left:.0f} s ago"
@@ -68,11 +84,11 @@ class LockRecord:
 
 
 def parse_lock(text: str) -> LockRecord:
-    """A lock file's record; an unreadable one reads as long expired (it can be taken over)."""
+    """A lock file's record; an unreadable one (any content that is not a valid lock) reads as long expired, so it
+    can be taken over: an unparseable lock never blocks anyone."""
     try:
-        data = json.loads(text)
-        return LockRecord(**{k: data[k] for k in LockRecord.__dataclass_fields__ if k in data})
-    except (ValueError, TypeError):
+        return LockRecord.from_json(text)
+    except ValueError:
         return LockRecord(owner="<unreadable lock file>", action="?", acquired_at=0.0, expires_at=0.0, client="")
 
 
@@ -120,7 +136,7 @@ class HostState:
             return None
         try:
             return ControlRecord.from_json(text)
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise HostError(
                 f"host {self.host.name}: {self.paths.control} is corrupt ({exc})",
                 hint="run `cutover rollback`: it rewrites the control file in mode triton",
@@ -131,7 +147,9 @@ class HostState:
                  stacks: list | None = None) -> ControlRecord:
         """Write a new control generation asking every rank for `mode`; returns the record written. With
         `expect_generation`, only on top of that generation: a change the caller has not seen (a rollback)
-        is never overwritten. `stacks`: the only serving stacks the ranks may run `mode` on (None: any)."""
+        is never overwritten. `stacks`: the only serving stacks the ranks may run `mode` on (None: any). Where the
+        generation must restart (past MAX_GENERATION), only triton is written, as a reset the ranks take."""
+        check_lease_s(lease_s)
         with self._writing_control() as lock:
             if expect_generation is not None:
                 current = self._require_generation(expect_generation)
@@ -140,9 +158,15 @@ class HostState:
                     current = self.read_control()
                 except HostError:
                     current = None  # a corrupt file is replaced: the new generation must still beat what ranks saw
+            beats = [v.heartbeat for v in self.ranks() if v.heartbeat]
+            resets = generation_resets(current, beats)
+            if resets and mode != "triton":
+                raise HostError(f"host {self.host.name}: the control generation must restart, which only a "
+                                "rollback does", hint="run `cutover rollback`, then the command again")
             record = ControlRecord(
                 mode=mode,
-                generation=next_generation(current, [v.heartbeat for v in self.ranks() if v.heartbeat]),
+                generation=next_generation(current, beats),
+                resets=resets,
                 lease_expires_at=self.now() + lease_s if lease_s else None,
                 release_id=release_id if release_id is not None else (current.release_id if current else None),
                 sample_rate=sample_rate or (current.sample_rate if current else 1),
@@ -158,6 +182,7 @@ class HostState:
     def renew_lease(self, generation: int, ttl_s: float) -> ControlRecord:
         """Push the lease of the current generation forward; refused if the generation changed under us
         (someone rolled back or re-armed): the caller must stop, not overwrite their decision."""
+        check_lease_s(ttl_s)
         with self._writing_control() as lock:
             current = self._require_generation(generation)
             current.lease_expires_at = self.now() + ttl_s
@@ -209,13 +234,19 @@ class HostState:
         return entry
 
     def last_journal_entry(self) -> dict | None:
+        entries = self.journal_tail()
+        return entries[-1] if entries else None
+
+    def journal_tail(self) -> list[dict]:
+        """The journal's last entries (a tail window), oldest first; a line that is not a JSON object is skipped."""
         text = self.transport.read_tail(self.paths.journal, JOURNAL_TAIL_BYTES)
-        for line in reversed((text or "").splitlines()):
+        entries = []
+        for line in (text or "").splitlines():
             try:
-                return json.loads(line)
+                entries.append(load_record(line, "journal line"))
             except ValueError:
                 continue
-        return None
+        return entries
 
     # lock -----------------------------------------------------------------------------------------------
     def read_lock(self) -> LockRecord | None:
@@ -318,7 +349,7 @@ class HostState:
             if text:
                 try:
                     heartbeat = Heartbeat.from_json(text)
-                except (ValueError, TypeError):
+                except ValueError:
                     heartbeat = None
             age = now - heartbeat.written_at if heartbeat else None
             live = heartbeat is not None and heartbeat.live(self.settings.heartbeat_stale_s, now)
@@ -389,10 +420,9 @@ class HostState:
     def read_verdict(self, run_id: str) -> dict | None:
         """The verdict of shadow run `run_id` on this host; None when it is missing or not a JSON object."""
         try:
-            verdict = json.loads(self.transport.read_text(self.paths.verdict(run_id)) or "")
+            return load_record(self.transport.read_text(self.paths.verdict(run_id)) or "", "verdict")
         except ValueError:
             return None
-        return verdict if isinstance(verdict, dict) else None
 
     def recent_divergence(self) -> dict[int, dict]:
         """Per rank, a summary of the last stats line with layers: worst relative L2 and max abs over layers,
@@ -442,3 +472,11 @@ def summarize_stats(record: StatsRecord) -> dict:
         "max_abs": max((layer.max_abs for layer in layers), default=None),
         "nonfinite": sum(layer.nonfinite_custom + layer.nonfinite_stock for layer in layers),
     }
+
+
+def check_lease_s(lease_s: float | None) -> None:
+    """HostError unless `lease_s` is None (leaseless) or a finite duration up to MAX_LEASE_AHEAD_S."""
+    if lease_s is not None and not (finite_number(lease_s) and 0 < lease_s <= MAX_LEASE_AHEAD_S):
+        raise HostError(f"a lease of {lease_s!r} s is refused: it must be more than 0 and at most "
+                        f"{MAX_LEASE_AHEAD_S:.0f} s (the plugin clamps any longer lease to that)",
+                        hint=f"pass --lease-ttl between 1 and {MAX_LEASE_AHEAD_S:.0f}")

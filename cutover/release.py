@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cutover.hostprotocol.acceptance import PYTHON_DIR
 from cutover.errors import BuildError, ConfigError, CutoverError
-from cutover.hostprotocol.hostlayout import sha256_file
+from cutover.hostprotocol.hostlayout import load_record, release_tree_problem, sha256_file, short_repr
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -143,6 +143,10 @@ def build_release(out_dir: Path, archs: list[str] | None = None, nvcc: str | Non
                              hint="fix the compile error above; nothing was written to " + str(out_dir)) from exc
         package = tmp / PYTHON_DIR / "kernel_ext"
         package.mkdir(parents=True)
+        linked = [str(module) for module in modules if module.is_symlink()]
+        if linked:
+            raise BuildError(f"kernel_ext source {linked[0]} is a symbolic link: a release holds regular files only",
+                             hint="replace the link with the file itself; nothing was written to " + str(out_dir))
         for module in modules:
             shutil.copyfile(module, package / module.name)
         manifest = {
@@ -211,13 +215,18 @@ def _move_into_place(tmp: Path, final: Path) -> Release | None:
 
 
 def load_release(path: Path) -> Release:
-    """Read a release directory's manifest (files are checked where they land: on each host)."""
+    """Read a release directory's manifest and check that it holds directories and regular files only (the
+    files' digests are checked where they land: on each host)."""
+    problem = release_tree_problem(str(path)) if path.is_dir() else ""
+    if problem:
+        raise ConfigError(f"release {path.name}: {problem}; a release holds regular files only",
+                          hint="rebuild with `cutover build` (it writes regular files only)")
     manifest_path = path / MANIFEST
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = load_record(manifest_path.read_bytes(), "manifest")
     except FileNotFoundError as exc:
         raise ConfigError(f"{path} is not a release: it has no {MANIFEST}", hint="run `cutover build`") from exc
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError) as exc:  # ValueError: not a JSON object, not UTF-8, too large or too deep
         raise ConfigError(f"{manifest_path} cannot be read as JSON: {exc}",
                           hint="rebuild with `cutover build`") from exc
     _check_manifest(manifest_path, manifest, path.resolve().name)
@@ -233,7 +242,7 @@ def _check_manifest(manifest_path: Path, manifest, directory: str) -> None:
         if name not in manifest:
             problem = "is missing"
         elif not valid(manifest[name]):
-            problem = f"must be {wanted}, found {manifest[name]!r}"
+            problem = f"must be {wanted}, found {short_repr(manifest[name])}"
         else:
             continue
         raise ConfigError(f"{manifest_path}: field {name!r} {problem}",

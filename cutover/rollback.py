@@ -19,7 +19,6 @@ the host now has; the operator is asked only about hosts that may need it (`need
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,7 +26,7 @@ from typing import Callable
 from cutover import ansible
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import AckTimeoutError, CutoverError, HostError, LockHeldError
-from cutover.hostprotocol.hostlayout import HostPaths
+from cutover.hostprotocol.hostlayout import HostPaths, load_record, triton_in_force
 from cutover.hoststate import HostState, LockRecord
 from cutover.transport import Transport, open_transport
 
@@ -137,7 +136,7 @@ def release_after_switch(paths: HostPaths, transport: Transport) -> str | None:
     same release the switch goes elsewhere, and the host's line says serving was not restarted."""
     current, previous = transport.readlink(paths.current), transport.readlink(paths.previous)
     try:
-        record = json.loads(transport.read_text(paths.rollback_record) or "{}")
+        record = load_record(transport.read_text(paths.rollback_record) or "{}", "rollback record")
     except ValueError:
         record = {}  # corrupt: restore_previous reads it as no record
     target = current if current is not None and record.get("to_target") == current else previous
@@ -158,13 +157,13 @@ def _follow_up_allowed(host: Host, line: HostRollback, uninstall: bool) -> bool:
 def _fast_flip(state: HostState, line: HostRollback, reason: str) -> None:
     """control.json -> triton (unless already), wait for every rank, journal it, phase rolled_back. An
     acknowledgement timeout is journaled and phased too (control.json asks for triton by then), then raised."""
-    lock = _take_lock_if_free(state, line)
+    lock = _take_lock_if_free(state, line, reason)
     try:
         try:
             control = state.read_control()
         except HostError:
             control = None  # corrupt: rewrite it
-        if control is not None and control.mode == "triton":
+        if triton_in_force(control, [view.heartbeat for view in state.ranks() if view.heartbeat]):
             line.already_triton = True
             line.generation = control.generation
         else:
@@ -198,14 +197,15 @@ def _record_flip(state: HostState, line: HostRollback, reason: str) -> None:
         state.set_phase("rolled_back", reason=reason, force=phase == "unknown")
 
 
-def _take_lock_if_free(state: HostState, line: HostRollback) -> LockRecord | None:
+def _take_lock_if_free(state: HostState, line: HostRollback, reason: str) -> LockRecord | None:
     try:
         return state.acquire_lock("rollback", ttl_s=max(60.0, state.settings.ack_timeout_s * 4))
     except LockHeldError:
         held = state.read_lock()
         owner = held.owner if held else "another operator"
         line.messages.append(f"lock held by {owner}: rolled back to triton anyway (the safe direction)")
-        state.journal("rollback_overrode_lock", lock_owner=owner, lock_action=held.action if held else None)
+        state.journal("rollback_overrode_lock", lock_owner=owner, lock_action=held.action if held else None,
+                      reason=reason)
         return None
 
 

@@ -22,7 +22,7 @@ import paramiko
 from cutover.config import Host
 from cutover.hostprotocol.controlwrite import LocalFiles
 from cutover.errors import HostError
-from cutover.hostprotocol.hostlayout import atomic_write_text
+from cutover.hostprotocol.hostlayout import atomic_write_text, make_dirs
 
 
 CLOCK_READ_TIMEOUT_S = 15.0
@@ -133,7 +133,7 @@ class LocalTransport(Transport):
 
     def append_line(self, path: str, line: str) -> None:
         with self._errors("append to", path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            make_dirs(os.path.dirname(path))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 os.write(fd, (line.rstrip("\n") + "\n").encode())

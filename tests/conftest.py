@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from clirunner import Cli, cli_env, cutover_executable
 from sshd import TestHosts, sshd_available
+
+# Property-based tests (hypothesis): CUTOVER_HYPOTHESIS_PROFILE picks the budget. `ci` (the default) is small and
+# fixed, so the suite's time does not grow; `long` is for a developer machine (docs/testing.md).
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("long", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("CUTOVER_HYPOTHESIS_PROFILE", "ci"))
 
 RELEASE_TEST_ARCH = "sm_90a"  # one arch: each costs minutes of nvcc on a 2-core machine
 GPU_SKIP_REASON = "needs an NVIDIA GPU and the built kernel library; run through the device tool"

@@ -94,5 +94,21 @@ def context(ctx: typer.Context, inventory=None, limit=None, config_file=None, js
     return Context(options, settings, inv, inv.select(options.limit))
 
 
+class _Stdout:
+    """Whether the running verb has written its JSON document (the error boundary then keeps stdout to that one
+    document and reports the error on stderr)."""
+
+    json_written = False
+
+
 def print_json(document) -> None:
     sys.stdout.write(jsonout.dumps(document, indent=2, sort_keys=True) + "\n")
+    _Stdout.json_written = True
+
+
+def json_document_written(reset: bool = False) -> bool:
+    """Whether print_json ran since the last reset; `reset` starts a new invocation."""
+    written = _Stdout.json_written
+    if reset:
+        _Stdout.json_written = False
+    return written

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from checks.policy import load_policy
 from cutover.cli import common
-from cutover.cli.shadow import LeaseOpt, PolicyOpt, refuse_policy_out_of_scope
+from cutover.cli.shadow import LeaseOpt, PolicyOpt, finite, refuse_policy_out_of_scope
 from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
@@ -21,6 +21,7 @@ def promote(
         typer.Option(
             "--watch-minutes",
             min=0.05,
+            callback=finite,
             show_default=False,
             help="Watch window per host before it goes leaseless [default: the policy's, 10 minutes].",
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Annotated, Optional
@@ -15,6 +16,7 @@ from checks.policy import Policy, load_policy, refuse_out_of_scope
 from cutover.cli import common
 from cutover.config import Host
 from cutover.errors import ConfigError
+from cutover.hostprotocol.hostlayout import MAX_LEASE_AHEAD_S
 from cutover.workflow.load import load_spec
 from cutover.workflow.runstore import REPORTS_DIR_ENV
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, Progress, ShadowOptions, ShadowOutcome, run_shadow
@@ -39,13 +41,23 @@ ReportsOpt = Annotated[
         help="Where runs and reports are kept locally [default: ./reports].",
     ),
 ]
+def finite(value: float | None) -> float | None:
+    """Option callback: refuse nan and infinities (a range check lets nan through)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 LeaseOpt = Annotated[
     float,
     typer.Option(
         "--lease-ttl",
         envvar="CUTOVER_LEASE_TTL_S",
         min=2.0,
-        help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost).",
+        max=MAX_LEASE_AHEAD_S,
+        callback=finite,
+        help="Seconds the armed mode outlives this command if it stops renewing (killed, network lost); at most "
+             f"{MAX_LEASE_AHEAD_S:.0f} (the plugin clamps any longer lease).",
     ),
 ]
 
@@ -140,8 +152,10 @@ def _again(hours: float | None, minutes: float | None, policy: str | None, inven
 
 def shadow(
     ctx: typer.Context,
-    hours: Annotated[Optional[float], typer.Option("--hours", help="Shadow for this many hours.")] = None,
-    minutes: Annotated[Optional[float], typer.Option("--minutes", help="Shadow for this many minutes.")] = None,
+    hours: Annotated[Optional[float], typer.Option("--hours", callback=finite,
+                                                   help="Shadow for this many hours.")] = None,
+    minutes: Annotated[Optional[float], typer.Option("--minutes", callback=finite,
+                                                     help="Shadow for this many minutes.")] = None,
     sample_rate: Annotated[int, typer.Option("--sample-rate", min=1, help="Compare every Nth verify call.")] = 1,
     policy: PolicyOpt = None,
     load: Annotated[

@@ -59,12 +59,13 @@ class LocalFiles:
 
     def create_exclusive(self, path: str, text: str) -> bool:
         directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o755, exist_ok=True)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # explicit: the umask must not make a lock file others can write
         try:
             os.link(tmp, path)  # fails if path exists; a reader sees no file or the whole text
             return True

@@ -12,6 +12,7 @@ and what to do instead.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 
 PHASES = ("idle", "staged", "shadowing", "shadow_passed", "shadow_failed", "promoted", "rolled_back")
@@ -61,6 +62,8 @@ class PhaseRecord:
     def parse(cls, text: str) -> PhaseRecord | None:
         """The record phase.json holds, or None when it is damaged (not an object naming a phase, or a field of the
         wrong type); unknown fields are ignored. An unknown phase name is kept: `refusal` explains it."""
+        if len(text) > 65536:  # a phase record is a few hundred bytes
+            return None
         try:
             data = json.loads(text)
         except (ValueError, RecursionError):
@@ -71,9 +74,13 @@ class PhaseRecord:
         optional_text = (fields.get("release_id"), fields.get("run_id"))
         if (not all(value is None or isinstance(value, str) for value in optional_text)
                 or not all(isinstance(fields.get(name, ""), str) for name in ("set_by", "reason"))
-                or type(fields.get("updated_at", 0.0)) not in (int, float)):
+                or not _finite_time(fields.get("updated_at", 0.0))):
             return None
         return cls(**fields)
+
+
+def _finite_time(value: object) -> bool:
+    return (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) < 2**53)
 
 
 def refusal(current: str, target: str) -> str | None:

@@ -21,6 +21,7 @@ MAX_LAYERS = 4096
 MAX_HIST_BUCKETS = 256
 MAX_TRUTH_SAMPLES = 4096
 MAX_TEXT = 256  # mode, kernel, release id, layer names
+MAX_LINE_CHARS = 4 << 20  # a line of a 61-layer model is ~16 KB
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ class StatsRecord:
 
     @classmethod
     def from_line(cls, line: str) -> StatsRecord | None:
-        """The record of one JSONL line, or None for a torn, foreign or damaged line."""
+        """The record of one JSONL line, or None for a torn, foreign, oversized or damaged line."""
+        if len(line) > MAX_LINE_CHARS:
+            return None
         try:
             return cls.parse(json.loads(line))
         except (ValueError, RecursionError):

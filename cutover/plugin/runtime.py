@@ -167,22 +167,27 @@ class PluginRuntime:
                  self.control.state.generation_seen, f": {decision.reason}" if decision.reason else "")
 
     def _tick(self, state: ControlState, decision: Decision) -> None:
+        """Drain when due, then heartbeat: the heartbeat is written whatever the drain did."""
         now = time.monotonic()
-        if now >= self._next_drain:
-            self._next_drain = now + DRAIN_INTERVAL_S
-            idle_line = now >= self._next_idle_line
-            if idle_line:
-                self._next_idle_line = now + IDLE_STATS_INTERVAL_S
-            self._drain_noting_failures(write=self.control.mode_active == "shadow" or idle_line)
-        self._write_heartbeat(state, decision)
+        try:
+            if now >= self._next_drain:
+                self._next_drain = now + DRAIN_INTERVAL_S
+                idle_line = now >= self._next_idle_line
+                if idle_line:
+                    self._next_idle_line = now + IDLE_STATS_INTERVAL_S
+                self._drain_noting_failures(write=self.control.mode_active == "shadow" or idle_line)
+        finally:
+            self._write_heartbeat(state, decision)
 
     def _drain_noting_failures(self, write: bool) -> None:
-        """drain(), where a stats line that cannot be written (a full disk) is noted, never raised: the next
-        line covers its interval, the heartbeat counts it, and a mode switch goes ahead without it."""
+        """drain(), where a stats line that cannot be written (a full disk) or a drain that fails is noted, never
+        raised: the next line covers its interval, the heartbeat counts it, and a mode switch goes ahead."""
         try:
             self.drain(write=write)
         except OSError as exc:
             self.note_problem(f"a stats line could not be written: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the heartbeat and the mode switch must not depend on a drain
+            self.note_problem(f"the stats drain failed: {type(exc).__name__}: {exc}")
 
     def drain(self, write: bool) -> None:
         """Fold the device counters into the totals; append a stats line when ``write``."""

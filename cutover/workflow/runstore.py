@@ -14,7 +14,7 @@ from pathlib import Path
 from checks.policy import Policy
 
 from cutover.errors import ConfigError
-from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text
+from cutover.hostprotocol.hostlayout import append_jsonl, atomic_write_text, load_record
 from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.workflow.verdict import VerdictRecord
 
@@ -75,7 +75,7 @@ class RunStore:
         atomic_write_text(str(self.run_file), json.dumps(meta, indent=2, sort_keys=True))
 
     def load_run(self) -> dict:
-        return json.loads(self._read(self.run_file))
+        return self._record(self.run_file, lambda text: load_record(text, "run.json"))
 
     def append_stats(self, host: str, record: StatsRecord) -> None:
         append_jsonl(str(self.stats_file(host, record.rank)), record.to_json())
@@ -105,7 +105,15 @@ class RunStore:
     def load_verdict(self) -> VerdictRecord | None:
         if not self.verdict_file.exists():
             return None
-        return VerdictRecord.from_json(self._read(self.verdict_file))
+        return self._record(self.verdict_file, VerdictRecord.from_json)
+
+    def _record(self, path: Path, parse):
+        """`parse(text)` of the file at `path`; ConfigError naming the file when it is not a usable record."""
+        try:
+            return parse(self._read(path))
+        except ValueError as exc:
+            raise ConfigError(f"run {self.run_id}: {path} is not a usable record ({exc})",
+                              hint="run `cutover report` with another run id, or shadow again") from None
 
     def _read(self, path: Path) -> str:
         try:

@@ -35,7 +35,7 @@ from cutover.workflow.observe import (
 from cutover.workflow.probes import ServerSample, baseline, probe
 from cutover.workflow.report import ReportFiles, write_report
 from cutover.workflow.runstore import RunStore, run_meta
-from cutover.workflow.verdict import VerdictRecord, new_run_id
+from cutover.workflow.verdict import VerdictRecord, first_to_stop, new_run_id, operator_rollbacks
 
 DEFAULT_LEASE_TTL_S = 30.0
 
@@ -230,6 +230,7 @@ class _ShadowRun:
         self.started_mono = time.monotonic()
         self.session = requests.Session()
         self.load: LoadDriver | None = None
+        self.ended_by_operator = False  # another operator's rollback ended the run (_causes)
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def execute(self) -> ShadowOutcome:
@@ -240,7 +241,7 @@ class _ShadowRun:
                 self.load = LoadDriver(self.options.load, [link.host for link in self.links]).start()
             self._loop()
         except _Breach as breach:
-            reasons = breach.reasons + self._renewal_failures()
+            reasons = self._causes() + breach.reasons + self._renewal_failures()
             with sigint_deferred():
                 return self._finish("failed", reasons, rolled_back=self._roll_back(reasons))
         except KeyboardInterrupt:
@@ -373,6 +374,19 @@ class _ShadowRun:
             # unreachable or busy (the control write lock): keep trying; the lease returns the host to Triton and a
             # gate trips, and the breach names this error (a lapsed lease alone reads "lease expired")
             run.renew_error = exc.message
+
+    def _causes(self) -> list[str]:
+        """What ended the run before the gates say how: another operator's rollback (from each host's journal),
+        or the rank that stopped first."""
+        rollbacks = []
+        for run in self.runs:
+            offset = self.clock_offsets.get(run.link.name, 0.0)
+            with contextlib.suppress(HostError):
+                journal = run.link.call(lambda st: st.journal_tail())
+                rollbacks += operator_rollbacks(run.link.name, journal, self.started + offset - 1.0,
+                                                self.settings.operator)
+        self.ended_by_operator = bool(rollbacks)
+        return rollbacks + first_to_stop(self._observations(), "shadow")
 
     def _renewal_failure(self, run: _HostRun) -> str:
         """The reason line of a host whose lease renewals are failing ("" while they succeed)."""
@@ -531,7 +545,9 @@ class _ShadowRun:
                 + "; ".join(reasons[:3])
                 + f"\n{self._where_targets_are()} report: {report.markdown}",
                 hint=(
-                    "read the report; fix and re-stage the kernel, then shadow again"
+                    "ask who rolled back why (`cutover status` shows the journal), then shadow again"
+                    if self.ended_by_operator
+                    else "read the report; fix and re-stage the kernel, then shadow again"
                     if outcome == "failed"
                     else "run `cutover shadow` again when ready"
                 ),

@@ -43,12 +43,15 @@ from ansible.module_utils.cutover_hostprotocol.hostlayout import (
     HostPaths,
     append_jsonl,
     atomic_write_text,
+    generation_resets,
     journal_entry,
     live_heartbeats,
     next_generation,
     read_json,
     recorded_heartbeats,
+    release_tree_problem,
     sha256_file,
+    triton_in_force,
 )
 from ansible.module_utils.cutover_hostprotocol.phases import PhaseRecord, phase_after_stage
 
@@ -96,15 +99,10 @@ def usable(current):
     return current if current is not None and current.mode != "corrupt" else None
 
 
-def triton_in_force(current, beats):
-    """control.json asks for triton with a generation no rank has passed (ranks ignore older generations)."""
-    return (current is not None and current.mode == "triton"
-            and all(beat.generation_seen <= current.generation for beat in beats))
-
-
 def write_triton(paths, lock, current, beats, operator, reason, release_id):
     """control.json in mode triton at the next generation, holding `lock` (control_write_lock)."""
     record = ControlRecord(mode="triton", generation=next_generation(usable(current), beats),
+                           resets=generation_resets(usable(current), beats),
                            release_id=release_id, set_by=operator, set_at=time.time(), reason=reason)
     lock.confirm()
     atomic_write_text(paths.control, record.to_json())
@@ -202,15 +200,16 @@ def file_mismatches(release_dir, files):
 
 def intact_other_build(release_dir):
     """True when release_dir matches its own manifest: a different build of the same sources, not damage."""
-    try:
-        with open(os.path.join(release_dir, "manifest.json")) as handle:
-            files = json.load(handle)["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(files) and not file_mismatches(release_dir, files)
+    files = (read_json(os.path.join(release_dir, "manifest.json")) or {}).get("files")
+    return isinstance(files, dict) and bool(files) and not file_mismatches(release_dir, files)
 
 
 def verify_release(module, paths, params):
+    problem = release_tree_problem(params["release_dir"])
+    if problem:
+        module.fail_json(msg="release %s: %s; a release holds regular files only: nothing was switched (remove %s "
+                             "on the host, then stage again)" % (os.path.basename(params["release_dir"]), problem,
+                                                                 params["release_dir"]))
     mismatches = file_mismatches(params["release_dir"], params["files"])
     if mismatches:
         if os.path.basename(params["release_dir"]).startswith(".incoming-"):

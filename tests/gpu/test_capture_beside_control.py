@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from tests.gpu.staging import stage_built_library
 
 pytestmark = pytest.mark.gpu
 CAPTURES, OPS_PER_CAPTURE = 20, 20000
@@ -24,6 +25,7 @@ def test_graph_captures_succeed_while_the_control_thread_switches_and_drains(tmp
 
     monkeypatch.setattr(runtime_module, "DRAIN_INTERVAL_S", 0.0)  # a device read at every poll
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    stage_built_library(paths)
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()), poll_s=0.001)
     assert runtime.state is not None, runtime.unavailable
     stop = threading.Event()
@@ -33,7 +35,8 @@ def test_graph_captures_succeed_while_the_control_thread_switches_and_drains(tmp
         generation = 1
         while not stop.is_set():
             record = ControlRecord(mode=("triton", "shadow")[generation % 2], generation=generation,
-                                   lease_expires_at=time.time() + 60)
+                                   lease_expires_at=time.time() + 60, release_id=runtime.release_id,
+                                   set_by="test", set_at=time.time())
             atomic_write_text(paths.control, record.to_json())
             generation += 1
             time.sleep(0.005)

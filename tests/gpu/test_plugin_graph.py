@@ -19,6 +19,7 @@ from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, nonfinite_cu
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.graphs import switch_mode
 from kernel_ext.cudagraph import capture_graph
+from tests.gpu.staging import stage_built_library
 from kernel_ext.testing import make_verify_batch
 
 pytestmark = pytest.mark.gpu
@@ -40,6 +41,7 @@ def setup(tmp_path):
     from cutover.plugin.runtime import PluginRuntime
 
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    stage_built_library(paths)
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()))
     assert isinstance(runtime.kernels, CudaKernels), runtime.unavailable
     stock = resolve_stock_kernel()[0]
@@ -112,6 +114,7 @@ def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    release = stage_built_library(paths)
     common = ["--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root, "--port", str(port),
               "--ranks", "1", "--device", "cuda", "--layers", "4", "--step-interval", "0.01"]
     up = subprocess.run([sys.executable, "-m", "cutover.sandbox", "up", *common], capture_output=True, text=True,
@@ -125,7 +128,9 @@ def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
         assert beat().kernel == "cuda", beat().reason
         for generation, mode in enumerate(("shadow", "custom"), start=1):
             atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
-                                                           lease_expires_at=time.time() + 600).to_json())
+                                                           lease_expires_at=time.time() + 600,
+                                                           release_id=release, set_by="test",
+                                                           set_at=time.time()).to_json())
             deadline = time.time() + 1.0
             while time.time() < deadline and beat().mode_active != mode:
                 time.sleep(0.02)

@@ -364,6 +364,21 @@ def test_sandbox_killed_mid_shadow_fails_the_run_and_hosts_end_on_triton(fresh, 
     wait_for(lambda: active_modes(host1) == {"triton"}, 120, "host1's new sandbox on triton")
 
 
+def test_a_rank_killed_mid_shadow_is_named_as_the_first_to_stop(fresh, tmp_path):
+    """kill -9 of rank 1 alone: the server goes down with it, rank 0 leaves shadow ("process exited"), and the
+    verdict names rank 1, whose heartbeat stopped first."""
+    w = fresh
+    process = start_shadow(w, tmp_path)
+    host1 = w.hosts.host("host1")
+    rank1 = next(beat for beat in heartbeats(host1) if beat and beat["rank"] == 1)
+    os.kill(rank1["pid"], signal.SIGKILL)
+    output = finished(process, tmp_path / "shadow.log")
+    assert process.returncode == EXIT_GATE, output
+    first = verdicts(host1)[-1]["reason"].split("; ")[0]
+    assert first.startswith("first to stop: host1 rank 1 (last heartbeat"), output
+    assert_all_triton(w.hosts.hosts, "after rank 1 died")
+
+
 @pytest.mark.parametrize(
     ("fault", "gate"), [("divergence:layer=3:rel=0.2", "rel_l2_max"), ("nan:layer=3", "nonfinite")]
 )

@@ -33,6 +33,9 @@ def one_host(ssh_hosts_factory, tmp_path) -> tuple[TestHost, Path]:
     return hosts.hosts[0], hosts.write_inventory(tmp_path / "inventory.yml", tp_size=1)
 
 
+RANK_RELEASE = "0123456789-abcdef"
+
+
 @pytest.fixture
 def start_rank():
     """start_rank(host): a real rank 0 (plugin runtime on the CPU, control thread running) on the host's state dir."""
@@ -42,7 +45,11 @@ def start_rank():
     started = []
 
     def start(host: TestHost) -> PluginRuntime:
-        runtime = PluginRuntime(host_paths(host), 0, torch.device("cpu"), audit_interval_s=0.0)
+        paths = host_paths(host)
+        if not os.path.lexists(paths.current):  # the release the rank loads, as stage leaves it
+            os.makedirs(paths.release(RANK_RELEASE), exist_ok=True)
+            os.symlink(paths.release(RANK_RELEASE), paths.current)
+        runtime = PluginRuntime(paths, 0, torch.device("cpu"), audit_interval_s=0.0)
         runtime.start()
         started.append(runtime)
         return runtime
@@ -57,8 +64,8 @@ def host_paths(host: TestHost) -> HostPaths:
 
 
 def write_control(host: TestHost, mode: str, generation: int) -> None:
-    record = ControlRecord(mode=mode, generation=generation, set_by="bob@elsewhere",
-                           lease_expires_at=None if mode == "triton" else time.time() + 600)
+    record = ControlRecord(mode=mode, generation=generation, set_by="bob@elsewhere", set_at=time.time(),
+                           release_id=RANK_RELEASE, lease_expires_at=None if mode == "triton" else time.time() + 600)
     atomic_write_text(host_paths(host).control, record.to_json())
 
 

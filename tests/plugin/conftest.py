@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -11,17 +12,29 @@ from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_wri
 from cutover.plugin.runtime import PluginRuntime
 
 
+TEST_RELEASE = "0123456789-test00"  # the release every test rank has loaded (<cutover_root>/current)
+
+
 @pytest.fixture
 def paths(tmp_path) -> HostPaths:
     return HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
 
 
 @pytest.fixture
-def write_control(paths):
+def loaded_release(paths) -> str:
+    """TEST_RELEASE staged as <cutover_root>/current: the release a rank started here loads."""
+    os.makedirs(paths.release(TEST_RELEASE))
+    os.symlink(paths.release(TEST_RELEASE), paths.current)
+    return TEST_RELEASE
+
+
+@pytest.fixture
+def write_control(paths, loaded_release):
     """write_control(mode, generation, lease_s=60.0 | None, sample_rate=1): atomically, as the CLI does."""
 
     def write(mode: str, generation: int, lease_s: float | None = 60.0, sample_rate: int = 1) -> ControlRecord:
         record = ControlRecord(mode=mode, generation=generation, sample_rate=sample_rate, set_by="test",
+                               set_at=time.time(), release_id=TEST_RELEASE,
                                lease_expires_at=None if lease_s is None else time.time() + lease_s)
         atomic_write_text(paths.control, record.to_json())
         return record
@@ -30,7 +43,7 @@ def write_control(paths):
 
 
 @pytest.fixture
-def runtime(paths):
+def runtime(paths, loaded_release):
     """A CPU runtime (reference kernels) whose control thread is NOT running: tests drive poll_once()."""
     rt = PluginRuntime(paths, 0, torch.device("cpu"), audit_interval_s=0.0)
     yield rt

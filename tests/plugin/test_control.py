@@ -8,6 +8,21 @@ import time
 
 from cutover.hostprotocol.hostlayout import Heartbeat, atomic_write_text
 from cutover.plugin.control import ControlLoop, ControlState
+from tests.plugin.conftest import TEST_RELEASE
+
+
+def loaded_state(release_id: str = TEST_RELEASE) -> ControlState:
+    """A rank's control state that loaded `release_id`."""
+    state = ControlState()
+    state.release_id = release_id
+    return state
+
+
+def promoted(mode: str, generation: int, release_id: str = TEST_RELEASE, **fields):
+    """A record with every field a promote writes (release, who, when)."""
+    from cutover.hostprotocol.hostlayout import ControlRecord
+
+    return ControlRecord(mode=mode, generation=generation, release_id=release_id, set_by="alice", set_at=1.0, **fields)
 
 
 def heartbeat(paths, rank=0) -> Heartbeat:
@@ -39,7 +54,7 @@ def test_older_or_equal_generation_does_not_change_the_mode(runtime, paths, writ
 
 
 def test_lease_renewal_with_the_same_generation_keeps_the_mode(paths, write_control):
-    state = ControlState()
+    state = loaded_state()
     now = time.time()
     record = write_control("shadow", 1, lease_s=5)
     assert state.observe(record, "", now).mode == "shadow"
@@ -107,6 +122,7 @@ def test_restart_after_unclean_exit_comes_up_in_triton_and_refuses_that_generati
     atomic_write_text(paths.armed_marker(0), json.dumps({"pid": 4242, "mode": "custom", "generation": 9}))
     applied = []
     loop = ControlLoop(paths, 0, lambda decision, new: applied.append(decision.mode), lambda state, d: None)
+    loop.state.release_id = TEST_RELEASE
     decision = loop.poll_once()
     assert decision.mode == "triton" and loop.mode_active == "triton"
     assert "pid 4242" in decision.reason and "uncleanly" in decision.reason and "generation 9" in decision.reason
@@ -152,38 +168,37 @@ def test_a_request_for_another_release_than_the_one_loaded_runs_triton_and_says_
     a stage) must not run that one's kernel in its place."""
     from cutover.hostprotocol.hostlayout import ControlRecord
 
-    state = ControlState()
-    state.release_id = "0123456789-aaaaaa"
-    asked = ControlRecord(mode="custom", generation=2, release_id="0123456789-bbbbbb")
+    state = loaded_state("0123456789-aaaaaa")
+    asked = promoted("custom", 2, release_id="0123456789-bbbbbb")
     decision = state.observe(asked, "", time.time())
     assert decision.mode == "triton"
     assert decision.reason == ("control.json asks for custom with release 0123456789-bbbbbb, but this process "
                                "loaded 0123456789-aaaaaa: restart serving to load it (`cutover stage --yes`)")
-    same = ControlRecord(mode="custom", generation=3, release_id="0123456789-aaaaaa")
+    same = promoted("custom", 3, release_id="0123456789-aaaaaa")
     assert state.observe(same, "", time.time()).mode == "custom"
-    unnamed = ControlRecord(mode="shadow", generation=4)  # a request that names no release (an older cutover)
-    assert state.observe(unnamed, "", time.time()).mode == "shadow"
+    unnamed = ControlRecord(mode="custom", generation=4, set_by="alice", set_at=1.0)  # names no release
+    decision = state.observe(unnamed, "", time.time())
+    assert decision.mode == "triton" and "without a release_id" in decision.reason
 
 
 def test_custom_runs_only_on_a_serving_stack_control_json_approves():
     """promote names the stacks it approved custom on: a rank that restarted on another (SGLang upgraded after the
     promote) runs triton and says why; no limit (None) leaves any stack alone."""
-    from cutover.hostprotocol.hostlayout import ControlRecord
 
     approved = {"sglang": "0.5.23", "torch": "2.11.0", "plugin": "0123456789ab", "gpu": "NVIDIA H200"}
-    state = ControlState()
+    state = loaded_state()
     state.stack = {**approved, "sglang": "0.5.24"}
-    decision = state.observe(ControlRecord(mode="custom", generation=2, stacks=[approved]), "", time.time())
+    decision = state.observe(promoted("custom", 2, stacks=[approved]), "", time.time())
     assert decision.mode == "triton"
     assert decision.reason == (
         "control.json allows custom only on the serving stack promote approved (sglang 0.5.23, torch 2.11.0, plugin "
         "0123456789ab, gpu NVIDIA H200); this process runs sglang 0.5.24, torch 2.11.0, plugin 0123456789ab, gpu "
         "NVIDIA H200: shadow and promote again on it")
     state.stack = dict(approved)
-    assert state.observe(ControlRecord(mode="custom", generation=3, stacks=[approved]), "", time.time()).mode == "custom"
+    assert state.observe(promoted("custom", 3, stacks=[approved]), "", time.time()).mode == "custom"
     state.stack = {}
-    assert state.observe(ControlRecord(mode="custom", generation=4), "", time.time()).mode == "custom"
-    assert state.observe(ControlRecord(mode="custom", generation=5, stacks=[approved]), "", time.time()).mode == "triton"
+    assert state.observe(promoted("custom", 4), "", time.time()).mode == "custom"
+    assert state.observe(promoted("custom", 5, stacks=[approved]), "", time.time()).mode == "triton"
 
 
 def test_a_control_file_with_malformed_stacks_is_corrupt():

@@ -19,17 +19,15 @@ from cutover.plugin.dispatch import MIN_POSITIONAL_ARGS, VerifyDispatcher, verif
 from cutover.sandbox.backend import StandInBackend, StandInForwardBatch, StandInLayer, StandInModelRunner
 from kernel_ext.reference import reference_extend_attention_fwd
 from kernel_ext.testing import make_verify_batch
+from tests.plugin.conftest import TEST_RELEASE
 
-RELEASE = "0123456789-abcdef"
+RELEASE = TEST_RELEASE
 
 
 @pytest.fixture
-def release(paths):
+def release(loaded_release):
     """A staged release: <cutover_root>/current -> releases/<id> (what the runtime reports as loaded)."""
-    target = os.path.join(paths.cutover_root, "releases", RELEASE)
-    os.makedirs(target)
-    os.symlink(target, paths.current)
-    return RELEASE
+    return loaded_release
 
 
 @pytest.fixture

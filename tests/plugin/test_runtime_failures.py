@@ -104,7 +104,8 @@ import sys, time, traceback
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.runtime import PluginRuntime
 paths = HostPaths(sys.argv[1], sys.argv[2])
-atomic_write_text(paths.control, ControlRecord(mode="custom", generation=3).to_json())  # promoted: no lease
+atomic_write_text(paths.control, ControlRecord(mode="custom", generation=3, release_id=sys.argv[3], set_by="alice",
+                                               set_at=time.time()).to_json())  # promoted: no lease
 runtime = PluginRuntime(paths, 0, "cpu", poll_s=0.02)
 runtime.start()
 while runtime.control.mode_active != "custom":
@@ -116,11 +117,12 @@ except RuntimeError:
 """
 
 
-def test_a_scheduler_that_dies_of_an_exception_leaves_the_armed_marker(paths):
+def test_a_scheduler_that_dies_of_an_exception_leaves_the_armed_marker(paths, loaded_release):
     import subprocess
     import sys
 
-    finished = subprocess.run([sys.executable, "-c", CRASHING_SCHEDULER, paths.cutover_root, paths.state_dir],
+    finished = subprocess.run([sys.executable, "-c", CRASHING_SCHEDULER, paths.cutover_root, paths.state_dir,
+                               loaded_release],
                               capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0 and "forward pass failed" in finished.stderr
     assert os.path.exists(paths.armed_marker(0))

@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
+from tests.plugin.conftest import TEST_RELEASE
 
 RANKS = 2
 
@@ -40,6 +41,8 @@ def sandbox_cli(*args, check=True) -> subprocess.CompletedProcess:
 class Sandbox:
     def __init__(self, root):
         self.paths = HostPaths(cutover_root=str(root / "root"), state_dir=str(root / "state"))
+        os.makedirs(self.paths.release(TEST_RELEASE))
+        os.symlink(self.paths.release(TEST_RELEASE), self.paths.current)
         self.port = free_port()
         self.args = ["--state-dir", self.paths.state_dir, "--cutover-root", self.paths.cutover_root,
                      "--port", str(self.port), "--ranks", str(RANKS), "--layers", "3", "--step-interval", "0.2"]
@@ -68,7 +71,8 @@ class Sandbox:
         return beats
 
     def control(self, mode: str, generation: int, lease_s: float | None = 60.0) -> None:
-        record = ControlRecord(mode=mode, generation=generation, set_by="test",
+        record = ControlRecord(mode=mode, generation=generation, set_by="test", set_at=time.time(),
+                               release_id=TEST_RELEASE,
                                lease_expires_at=None if lease_s is None else time.time() + lease_s)
         atomic_write_text(self.paths.control, record.to_json())
 
@@ -162,7 +166,7 @@ import time
 from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
 while True:
     atomic_write_text({sandbox.paths.control!r}, ControlRecord(mode="shadow", generation=3, set_by="renewer",
-                      lease_expires_at=time.time() + 1.5).to_json())
+                      set_at=time.time(), release_id={TEST_RELEASE!r}, lease_expires_at=time.time() + 1.5).to_json())
     time.sleep(0.3)
 """])
     try:

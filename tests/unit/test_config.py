@@ -72,7 +72,7 @@ def test_gpu_less_sglang_host_is_refused(tmp_path):
 def test_invalid_yaml_names_the_line(tmp_path):
     bad = tmp_path / "inv.yml"
     bad.write_text("all:\n  hosts:\n    local: [\n")
-    with pytest.raises(ConfigError, match=rf"^{bad}: not valid YAML at line \d+"):
+    with pytest.raises(ConfigError, match=rf"^inventory {bad}: not valid YAML at line \d+"):
         config.load_inventory(str(bad))
 
 

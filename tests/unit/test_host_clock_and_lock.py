@@ -44,15 +44,19 @@ def skewed_state(local_inventory, offset: float, operator="alice@test") -> HostS
 @pytest.mark.parametrize("offset", [HOUR, -HOUR])
 def test_a_lease_runs_its_length_on_the_hosts_clock(local_inventory, offset):
     state = skewed_state(local_inventory, offset)
-    record = state.set_mode("shadow", reason="t", lease_s=60)
+    record = state.set_mode("shadow", reason="t", lease_s=60, release_id="0123456789-abcdef")
     host_now = time.time() + offset
     plugin = ControlState()
+    plugin.release_id = "0123456789-abcdef"
     assert plugin.observe(record, "", host_now).mode == "shadow"
     assert plugin.observe(record, "", host_now + 50).mode == "shadow"
     assert plugin.observe(record, "", host_now + 61).mode == "triton"
 
     renewed = state.renew_lease(record.generation, ttl_s=120)
-    assert ControlState().observe(renewed, "", host_now + 100).mode == "shadow"
+    assert plugin.observe(renewed, "", host_now + 100).mode == "triton"  # the expiry stuck for this generation
+    restarted = ControlState()  # a rank that reads the renewed record first
+    restarted.release_id = "0123456789-abcdef"
+    assert restarted.observe(renewed, "", host_now + 100).mode == "shadow"
 
 
 def test_heartbeat_ages_are_on_the_hosts_clock(local_inventory):

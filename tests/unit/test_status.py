@@ -118,8 +118,8 @@ def test_ranks_with_one_reason_share_a_line():
 def test_a_corrupt_phase_file_is_explained_under_the_hosts_table(invoke, local_inventory, state_dir):
     state_dir.mkdir()
     (state_dir / "phase.json").write_text("{torn")
-    error = (f"host local: {state_dir / 'phase.json'} is corrupt (Expecting property name enclosed in double "
-             "quotes: line 1 column 2 (char 1))")
+    error = (f"host local: {state_dir / 'phase.json'} is corrupt (phase file is not valid JSON: JSONDecodeError: "
+             "Expecting property name enclosed in double quotes: line 1 column 2 (char 1))")
     assert host_status(invoke, local_inventory)["phase_error"] == error
 
     table = status_table(invoke, local_inventory)

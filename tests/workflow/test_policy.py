@@ -41,7 +41,7 @@ def test_shipped_sandbox_policy_is_valid():
         ("shadow:\n  max_nonfinite: 1.5\n", "shadow.max_nonfinite", "whole number"),
         ("shadow:\n  max_nonfinite: -1\n", "shadow.max_nonfinite", "must be >= 0"),
         ("shadow:\n  truth_anchor_k: 0.5\n", "shadow.truth_anchor_k", "must be >= 1.0"),
-        ("shadow:\n  rel_l2_max: .nan\n", "shadow.rel_l2_max", "must be finite"),
+        ("shadow:\n  rel_l2_max: .nan\n", "shadow.rel_l2_max", "must be a finite number"),
         ("shadow:\n  rel_l2_maxx: 1\n", "shadow.rel_l2_maxx", "not a known field"),
         ("shadows:\n  rel_l2_max: 1\n", "shadows", "not a known section"),
         ("scop: sandbox\n", "scop", "other top-level fields: version, scope"),
