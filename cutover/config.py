@@ -8,7 +8,7 @@ path. Variables cutover reads may use `~` and `$VAR` (expanded on this machine, 
 hosts only) but no Jinja templating; other variables pass through to Ansible untouched.
 
 The operator config (`--config`, default `~/.config/cutover/config.yml` when it exists) holds settings of
-the operator's side: who they are, lock and ack timings, where releases are built.
+the operator's side: who they are, lock and ack timings, where releases are built, where events are announced.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import yaml
 from cutover import inventorysource, resources
 from cutover.errors import ConfigError
 from cutover.hostprotocol.hostlayout import HostPaths
+from cutover.notify import NotifyConfig, parse_config as parse_notify_config
 
 SERVING_KINDS = ("sglang", "sandbox")
 NO_GPU = "none"
@@ -167,6 +168,7 @@ class Settings:
     heartbeat_stale_s: float = 10.0
     releases_dir: str = "dist/releases"
     source: str | None = None
+    notify: NotifyConfig | None = None  # where workflow events are announced (cutover/notify.py)
 
 
 def default_operator() -> str:
@@ -187,7 +189,7 @@ def load_settings(path: str | None) -> Settings:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a mapping of settings, found {type(data).__name__}")
-    known = {"operator", "lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s", "releases_dir"}
+    known = {"operator", "lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s", "releases_dir", "notify"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{file}: unknown field {unknown[0]!r}", hint=f"known fields: {', '.join(sorted(known))}")
@@ -198,6 +200,8 @@ def load_settings(path: str | None) -> Settings:
         if name in data and (not isinstance(data[name], str) or not data[name]):
             raise ConfigError(f"{file}: field {name!r} must be a non-empty string, found {data[name]!r}")
     data.setdefault("operator", default_operator())
+    if "notify" in data:
+        data["notify"] = parse_notify_config(file, data["notify"])
     return Settings(**data, source=str(file))
 
 

@@ -21,6 +21,7 @@ import requests
 
 from checks.policy import Policy, looser_than
 from checks.prometheus import GateWatch, first_failure
+from cutover import notify
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
@@ -311,6 +312,9 @@ def _promote_host(
     except BaseException as exc:
         _stop(inventory, link, plan, settings, options, exc, leased)
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
+    notify.send(settings.notify, "promote", f"{link.name} promoted (custom kernel live) with release "
+                f"{plan.release_id}", operator=settings.operator, host=link.name, release_id=plan.release_id,
+                forced=bool(plan.override))
     detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
     return HostPromotion(link.name, "promoted", detail)
 
@@ -333,7 +337,8 @@ def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: 
     reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (
         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     with sigint_deferred():
-        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
+        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}",
+                                  automatic=True)
     if result.ok:
         outcome = "rolled back to Triton"
     elif leased:

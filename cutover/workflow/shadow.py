@@ -22,6 +22,7 @@ import requests
 
 from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
 from checks.prometheus import GateWatch, with_results
+from cutover import notify
 from checks.policy import Policy, shadow_thresholds
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
@@ -310,6 +311,10 @@ class _ShadowRun:
                 )
             )
         self.store.save_run(self._meta(kernels=sorted({t.kernel for r in self.runs for t in r.trackers})))
+        notify.send(self.settings.notify, "shadow_start", f"shadow run {self.run_id} of release {self.release_id} "
+                    f"armed on {', '.join(r.link.name for r in self.runs)} for {self.options.duration_s:g} s",
+                    operator=self.settings.operator, run_id=self.run_id, release_id=self.release_id,
+                    hosts=[r.link.name for r in self.runs])
 
     def _meta(self, kernels: list[str]) -> dict:
         return run_meta(
@@ -429,6 +434,7 @@ class _ShadowRun:
                 hosts or [link.host for link in self.entered],
                 self.settings,
                 reason=why or f"shadow run {self.run_id} failed: {reasons[0]}",
+                automatic=True,
             )
         except CutoverError as exc:
             results = []
@@ -529,6 +535,9 @@ class _ShadowRun:
 
     def _conclude(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> ShadowOutcome:
         record = self._record(outcome, reasons, verdict)
+        notify.send(self.settings.notify, "shadow_verdict",
+                    f"shadow run {self.run_id} {outcome}: {'; '.join(reasons[:1])}", operator=self.settings.operator,
+                    run_id=self.run_id, release_id=self.release_id, outcome=outcome, reasons=reasons)
         report = write_report(self.store)
         if not record.passed:
             headline = "aborted" if outcome == "aborted" else "failed"
