@@ -8,9 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -23,46 +21,14 @@ from cutover.rollback import rollback_hosts
 from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import ShadowOptions, run_shadow
 
+from receiver import Receiver
+
 from .hostfiles import local_host, write_control, write_phase, write_verdict
 from .serving import LocalServer
 
 RUN = "20261129T090000Z-cccccc"
 POLICY = "promote:\n  probe_interval_s: 0.2\n  max_failed_probes: 1000\nshadow:\n  min_duration_s: 1\n" \
          "  min_compared_calls: 4\n"
-
-
-class Receiver:
-    """An HTTP receiver on 127.0.0.1 recording (path, JSON body); the first `fail_first` requests get `status`."""
-
-    def __init__(self, fail_first: int = 0, status: int = 503):
-        self.received: list[tuple[str, dict]] = []
-        self.attempts = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, fmt, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                receiver.attempts += 1
-                code = status if receiver.attempts <= fail_first else 200
-                if code == 200:
-                    receiver.received.append((self.path, body))
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def events(self, path: str) -> list[dict]:
-        return [body for where, body in self.received if where == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
