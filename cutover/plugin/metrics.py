@@ -29,14 +29,13 @@ LAYER_LABELS = ("host", "rank", "layer")
 
 def rank_metrics(state_dir: str, host: str, rank: int) -> RankMetrics | None:
     """The rank's exporter, or None (logged) when prometheus_client cannot be imported here."""
+    textfile_dir = os.environ.get(TEXTFILE_DIR_ENV) or os.path.join(state_dir, "metrics")
     try:
-        import prometheus_client  # noqa: F401 - imported here: optional in the serving environment
-    except ImportError:
+        return RankMetrics(host, rank, None if os.environ.get(MULTIPROC_ENV) else textfile_dir)
+    except ImportError:  # optional in the serving environment
         log.warning("cutover: rank %s exports no Prometheus series: prometheus_client is not installed in this "
                     "serving environment (install prometheus-client there to export them)", rank)
         return None
-    textfile_dir = os.environ.get(TEXTFILE_DIR_ENV) or os.path.join(state_dir, "metrics")
-    return RankMetrics(host, rank, None if os.environ.get(MULTIPROC_ENV) else textfile_dir)
 
 
 class RankMetrics:
