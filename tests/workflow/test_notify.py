@@ -23,10 +23,10 @@ from cutover.workflow.shadow import ShadowOptions, run_shadow
 
 from receiver import Receiver
 
-from .hostfiles import local_host, write_control, write_phase, write_verdict
+from .hostfiles import local_host, write_control, write_phase
 from .serving import LocalServer
+from .test_promote_run import host  # noqa: F401 (a fixture: h1 after a passed shadow, its ranks running)
 
-RUN = "20261129T090000Z-cccccc"
 POLICY = "promote:\n  probe_interval_s: 0.2\n  max_failed_probes: 1000\nshadow:\n  min_duration_s: 1\n" \
          "  min_compared_calls: 4\n"
 
@@ -57,11 +57,11 @@ def settings_with(tmp_path, targets: list[dict], timeout_s: float = 5, retries: 
 @pytest.fixture
 def served(tmp_path):
     """h1, staged, its ranks running the real plugin runtime with verify traffic."""
-    host = local_host(tmp_path)
-    write_phase(host, "staged")
-    write_control(host)
-    server = LocalServer(host, traffic=True)
-    yield host
+    staged = local_host(tmp_path)
+    write_phase(staged, "staged")
+    write_control(staged)
+    server = LocalServer(staged, traffic=True)
+    yield staged
     server.stop()
 
 
@@ -89,28 +89,20 @@ def test_every_event_of_a_shadow_promote_rollback_run_arrives(tmp_path, receiver
     assert slack[3] == "cutover rollback: operator rollback: h1 on triton"
 
 
-def test_a_failed_promote_announces_its_auto_rollback(tmp_path, receiver):
+def test_a_failed_promote_announces_its_auto_rollback(tmp_path, receiver, host):
     """h1 after a passed shadow; the watch fails (its phase file corrupted while live) and promote rolls back."""
-    served = local_host(tmp_path)
-    write_phase(served, "shadow_passed", run_id=RUN)
-    write_control(served)
-    server = LocalServer(served, traffic=False)
-    write_verdict(served, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1}, stacks=server.stacks)
     settings = settings_with(tmp_path, [{"kind": "webhook", "url": f"{receiver.url}/hook"}])
     policy_file = tmp_path / "policy.yml"
     policy_file.write_text(POLICY)
-    inventory = Inventory(tmp_path / "inventory.yml", [served])
+    inventory = Inventory(tmp_path / "inventory.yml", [host])
     options = PromoteOptions(policy=load_policy(policy_file), watch_minutes=0.05, lease_ttl_s=5.0)
 
     def corrupt_phase_once_live(event):
         if "watching" in event:
-            open(served.paths.phase, "w").write("{not json")
+            open(host.paths.phase, "w").write("{not json")
 
-    try:
-        with pytest.raises(GateFailedError, match="rolled back to Triton"):
-            run_promote(inventory, [served], settings, options, on_event=corrupt_phase_once_live)
-    finally:
-        server.stop()
+    with pytest.raises(GateFailedError, match="rolled back to Triton"):
+        run_promote(inventory, [host], settings, options, on_event=corrupt_phase_once_live)
     assert notify.flush(10)
     [event] = receiver.events("/hook")
     assert event["event"] == "auto_rollback" and event["reason"].startswith("promote stopped: ")

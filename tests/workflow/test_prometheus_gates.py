@@ -24,13 +24,11 @@ from cutover.errors import ConfigError, GateFailedError
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.workflow.promote import PromoteOptions, run_promote
 
-from .hostfiles import local_host, write_control, write_phase, write_verdict
-from .serving import LocalServer
+from .test_promote_run import host  # noqa: F401 (a fixture: h1 after a passed shadow, its ranks running)
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "docs" / "monitoring"
 STARTUP_S = 90
-RUN = "20261129T090000Z-bbbbbb"
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="the prometheus server is not installed (scripts/setup.sh installs it)")
@@ -175,26 +173,14 @@ def test_the_alert_rules_and_dashboard_queries_evaluate(prometheus_url):
     assert instant(prometheus_url, queries[0])["data"]["result"]  # the mode panel shows the sandbox's ranks
 
 
-@pytest.fixture
-def promotable(tmp_path):
-    """h1 after a passed shadow, its ranks running the real plugin runtime (no HTTP: failed probes tolerated)."""
-    host = local_host(tmp_path)
-    write_phase(host, "shadow_passed", run_id=RUN)
-    write_control(host)
-    server = LocalServer(host, traffic=False)
-    write_verdict(host, RUN, baseline={"verify_rate": 7.0, "accept_length": 3.1}, stacks=server.stacks)
-    yield host
-    server.stop()
-
-
 @pytest.mark.parametrize("passes", [True, False])
-def test_the_promote_watch_rolls_back_on_a_failing_promql_gate(prometheus_url, promotable, tmp_path, passes):
+def test_the_promote_watch_rolls_back_on_a_failing_promql_gate(prometheus_url, host, tmp_path, passes):
     gate = {"name": "sandbox_calls", "query": CALLS, "must_be": ">" if passes else "<", "threshold": 0}
     options = PromoteOptions(policy=load_policy(policy_with(tmp_path, prometheus_url, "promote", [gate])),
                              watch_minutes=0.03, lease_ttl_s=5.0)
-    promote = lambda: run_promote(Inventory(tmp_path / "inventory.yml", [promotable]), [promotable],  # noqa: E731
+    promote = lambda: run_promote(Inventory(tmp_path / "inventory.yml", [host]), [host],  # noqa: E731
                                   Settings(operator="tester@here", ack_timeout_s=5.0), options)
-    control = lambda: json.loads(open(promotable.paths.control).read())  # noqa: E731
+    control = lambda: json.loads(open(host.paths.control).read())  # noqa: E731
     if passes:
         [result] = promote()
         assert result.outcome == "promoted" and control()["mode"] == "custom"
@@ -204,5 +190,5 @@ def test_the_promote_watch_rolls_back_on_a_failing_promql_gate(prometheus_url, p
     assert "prometheus sandbox_calls:" in str(caught.value) and "must be < 0" in str(caught.value)
     assert "rolled back to Triton" in str(caught.value)
     assert control()["mode"] == "triton"
-    last = [json.loads(line) for line in open(promotable.paths.journal)][-1]
+    last = [json.loads(line) for line in open(host.paths.journal)][-1]
     assert last["action"] == "promote_rolled_back" and "prometheus sandbox_calls" in last["reason"]
