@@ -1,6 +1,6 @@
 """PromQL gates against a real Prometheus server (Debian's `prometheus`, on loopback) scraping a real sandbox:
-a gate passes and fails as its threshold says, the promote watch rolls back on a failing gate, and the alert
-rules and dashboard queries of docs/monitoring evaluate."""
+a gate passes and fails as its threshold says, a failing gate stops a shadow run, the promote watch rolls back on
+a failing gate, and the alert rules and dashboard queries of docs/monitoring evaluate."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ from cutover.config import Inventory, Settings
 from cutover.errors import ConfigError, GateFailedError
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.workflow.promote import PromoteOptions, run_promote
+from cutover.workflow.shadow import ShadowOptions, run_shadow
+
+from .hostfiles import local_host, write_control, write_phase
+from .serving import LocalServer
 
 from .test_promote_run import host  # noqa: F401 (a fixture: h1 after a passed shadow, its ranks running)
 
@@ -192,3 +196,22 @@ def test_the_promote_watch_rolls_back_on_a_failing_promql_gate(prometheus_url, h
     assert control()["mode"] == "triton"
     last = [json.loads(line) for line in open(host.paths.journal)][-1]
     assert last["action"] == "promote_rolled_back" and "prometheus sandbox_calls" in last["reason"]
+
+
+def test_a_failing_promql_gate_stops_the_shadow_run_and_rolls_back(prometheus_url, tmp_path):
+    staged = local_host(tmp_path)
+    write_phase(staged, "staged")
+    write_control(staged)
+    server = LocalServer(staged, traffic=True)
+    try:
+        policy = policy_with(tmp_path, prometheus_url, "shadow", [{"name": "calls", "query": CALLS, "must_be": "<",
+                                                                   "threshold": 1}])
+        policy.write_text(policy.read_text() + "shadow:\n  min_duration_s: 1\n  min_compared_calls: 4\n")
+        options = ShadowOptions(policy=load_policy(policy), duration_s=30.0, lease_ttl_s=5.0, poll_s=0.2,
+                                reports_dir=str(tmp_path / "reports"))
+        with pytest.raises(GateFailedError, match=r"failed: prometheus calls: \S+, must be < 1"):
+            run_shadow(Inventory(tmp_path / "inventory.yml", [staged]), [staged], Settings(operator="tester@here"),
+                       options)
+        assert json.loads(open(staged.paths.control).read())["mode"] == "triton"
+    finally:
+        server.stop()
