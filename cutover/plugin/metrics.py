@@ -70,6 +70,8 @@ class RankMetrics:
         self.divergence = Histogram("cutover_plugin_divergence_rel_l2_ratio",
                                     "Relative L2 error of the custom output against SGLang's, per compared call.",
                                     LAYER_LABELS, buckets=REL_L2_BIN_EDGES, **reg)
+        for counter in (self.mode_switches, self.lease_expiries):
+            counter.labels(**self.labels)  # exported as 0 from the start, so increase() sees the first one
         self._mode_seen: str | None = None
         self._lease_seen: float | None = None
         self._lease_set_at = time.monotonic()

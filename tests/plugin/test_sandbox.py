@@ -145,22 +145,21 @@ def test_mode_switch_is_acknowledged_by_every_rank_within_one_second(sandbox):
 
 
 def plugin_series(sandbox, name: str, **labels) -> float:
-    """The sum of a plugin series (docs/metrics.md) over the samples of /metrics that carry `labels`."""
+    """The sum of a plugin series (docs/metrics.md) over the samples of /metrics that carry `labels` (0 if none)."""
     wanted = {k: str(v) for k, v in labels.items()}
-    found = [s.value for family in text_string_to_metric_families(sandbox.get("/metrics")[1])
-             for s in family.samples if s.name == name and wanted.items() <= s.labels.items()]
-    assert found, f"{name} {labels} not in /metrics"
-    return sum(found)
+    return sum(s.value for family in text_string_to_metric_families(sandbox.get("/metrics")[1])
+               for s in family.samples if s.name == name and wanted.items() <= s.labels.items())
 
 
 def test_plugin_series_are_on_the_sandbox_metrics_as_on_sglangs(sandbox):
     """The ranks write the plugin's series through prometheus_client's multiprocess directory; /metrics shows
     them for every rank and layer, as SGLang's /metrics does with metrics enabled."""
     host = socket.gethostname()
-    for rank in range(RANKS):
-        assert plugin_series(sandbox, "cutover_plugin_mode", host=host, rank=rank, mode="shadow") == 1
+    for rank in range(RANKS):  # the series follow the heartbeat within a stats drain (1 s)
+        sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_mode", host=host, rank=rank,
+                                               mode="shadow") == 1, 5, f"rank {rank}'s mode series")
         assert plugin_series(sandbox, "cutover_plugin_generation", host=host, rank=rank) == 2
-        assert plugin_series(sandbox, "cutover_plugin_lease_age_seconds", host=host, rank=rank) >= 0
+        assert f'cutover_plugin_lease_age_seconds{{host="{host}",rank="{rank}"}}' in sandbox.get("/metrics")[1]
         sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_compared_calls_total", rank=rank,
                                                layer=2) > 0, 15, f"rank {rank}'s compared calls of layer 2")
     calls = plugin_series(sandbox, "cutover_plugin_verify_calls_total", rank=0)
@@ -207,7 +206,8 @@ while True:
     assert all("lease of generation 3 (shadow) expired" in b.reason for b in sandbox.beats())
     sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_lease_expiries_total") == RANKS, 3,
                      "each rank's lease expiry counted")
-    assert plugin_series(sandbox, "cutover_plugin_mode", mode="triton") == RANKS
+    sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_mode", mode="triton") == RANKS, 3,
+                     "each rank's mode series on triton")
 
 
 def test_unclean_rank_death_takes_the_server_down_and_the_restart_stays_on_triton(sandbox):
