@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 
+from checks.prometheus_policy import PrometheusPolicy, parse_section
 from cutover.errors import ConfigError
 from cutover.hostprotocol.hostlayout import short_repr
 from cutover.safeyaml import load_yaml
@@ -64,6 +65,7 @@ class Policy:
     promote: PromotePolicy
     scope: str = SCOPE_ANY
     scope_declared: bool = True  # False: the policy file left `scope` out and took the default's
+    prometheus: PrometheusPolicy | None = None  # PromQL gates (the `prometheus:` section), none by default
 
 
 # Per field: (python type, lower bound, lower bound inclusive?). Floats must be finite.
@@ -143,10 +145,12 @@ def _validated_values(path: Path) -> tuple[str | None, dict[str, dict]]:
         raise _fail(source, "version", f"must be {POLICY_VERSION}, got {short_repr(version)}")
     scope = _declared_scope(source, data)
     values: dict[str, dict] = {}
+    if "prometheus" in data:  # gates that only add checks: kept whole, never merged with the default's
+        values["prometheus"] = parse_section(source, data.pop("prometheus"))
     for section, body in data.items():
         if section not in _SECTIONS:
             raise _fail(source, str(section), f"is not a known section (known: {', '.join(_SECTIONS)}; "
-                        "other top-level fields: version, scope)")
+                        "other top-level fields: version, scope, prometheus)")
         if not isinstance(body, dict):
             raise _fail(source, section, "must be a mapping of field: value")
         known = {f.name for f in fields(_SECTIONS[section])}
@@ -162,12 +166,14 @@ def _validated_values(path: Path) -> tuple[str | None, dict[str, dict]]:
 def load_policy(path: str | Path | None = None) -> Policy:
     """Load the default policy, overlaid with the scope and fields `path` sets (if given); validate the result."""
     scope, merged = _validated_values(DEFAULT_POLICY_PATH)
+    prometheus = merged.pop("prometheus", None)
     source = str(DEFAULT_POLICY_PATH)
     declared = scope
     if path is not None:
         source = str(path)
         declared, values = _validated_values(Path(path))
         scope = declared or scope
+        prometheus = values.pop("prometheus", None)
         for section, body in values.items():
             merged.setdefault(section, {}).update(body)
     built = {}
@@ -185,7 +191,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
             f"({shadow.rel_l2_p99}) must not exceed shadow.rel_l2_max ({shadow.rel_l2_max})",
         )
     return Policy(source=source, shadow=shadow, promote=built["promote"], scope=scope or SCOPE_ANY,
-                  scope_declared=declared is not None)
+                  scope_declared=declared is not None, prometheus=prometheus)
 
 
 def refuse_out_of_scope(policy: Policy, serving_kinds: dict[str, str], *, from_environment: bool = False) -> None:

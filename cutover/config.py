@@ -1,14 +1,14 @@
 """Inventory and operator-config loading; every message names the file and the field.
 
-An inventory is an Ansible YAML inventory (groups with `hosts`, `vars`, `children`). cutover reads the
-variables it needs itself (architecture.md lists them), merging group and host variables with Ansible's own
-precedence (`_InventoryGraph`: what `ansible-inventory --host` shows), validates them, and hands Ansible a
-resolved copy, so the CLI and the playbooks always agree on every path. Variables cutover reads may use `~`
-and `$VAR` (expanded on this machine, for `ansible_connection: local` hosts only) but no Jinja templating;
-other variables pass through to Ansible untouched.
+An inventory is any Ansible inventory source: a YAML or INI file, a directory of them, or an inventory plugin's
+config (e.g. `constructed`), with its `group_vars/` and `host_vars/`. ansible-core itself resolves each host's
+variables (`inventorysource`: what `ansible-inventory --host` shows); cutover validates the variables it needs
+(architecture.md lists them) and hands Ansible a resolved copy, so the CLI and the playbooks always agree on every
+path. Variables cutover reads may use `~` and `$VAR` (expanded on this machine, for `ansible_connection: local`
+hosts only) but no Jinja templating; other variables pass through to Ansible untouched.
 
 The operator config (`--config`, default `~/.config/cutover/config.yml` when it exists) holds settings of
-the operator's side: who they are, lock and ack timings, where releases are built.
+the operator's side: who they are, lock and ack timings, where releases are built, where events are announced.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from cutover import resources
+from cutover import inventorysource, resources
 from cutover.errors import ConfigError
 from cutover.hostprotocol.hostlayout import HostPaths
 from cutover.inventoryvalues import check_connection_values
 from cutover.safeyaml import load_yaml
+from cutover.notify import NotifyConfig, parse_config as parse_notify_config
 
 SERVING_KINDS = ("sglang", "sandbox")
 NO_GPU = "none"
@@ -47,8 +47,7 @@ DEFAULT_GPU_CHECK_TIMEOUT_S = 900  # the kernel acceptance at stage is killed an
 
 @dataclass(frozen=True)
 class Host:
-    """One target host with its merged, validated variables (all < other groups by depth, priority, name <
-    host, as Ansible merges them)."""
+    """One target host with its variables as Ansible resolves them, validated."""
 
     name: str
     vars: dict
@@ -170,6 +169,7 @@ class Settings:
     heartbeat_stale_s: float = 10.0
     releases_dir: str = "dist/releases"
     source: str | None = None
+    notify: NotifyConfig | None = None  # where workflow events are announced (cutover/notify.py)
 
 
 def default_operator() -> str:
@@ -190,7 +190,7 @@ def load_settings(path: str | None) -> Settings:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a mapping of settings, found {type(data).__name__}")
-    known = {"operator", "lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s", "releases_dir"}
+    known = {"operator", "lock_ttl_s", "ack_timeout_s", "heartbeat_stale_s", "releases_dir", "notify"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{file}: unknown field {unknown[0]!r}", hint=f"known fields: {', '.join(sorted(known))}")
@@ -201,6 +201,8 @@ def load_settings(path: str | None) -> Settings:
         if name in data and (not isinstance(data[name], str) or not data[name]):
             raise ConfigError(f"{file}: field {name!r} must be a non-empty string, found {data[name]!r}")
     data.setdefault("operator", default_operator())
+    if "notify" in data:
+        data["notify"] = parse_notify_config(file, data["notify"])
     return Settings(**data, source=str(file))
 
 
@@ -222,20 +224,19 @@ def resolve_inventory_path(path: str | None) -> Path:
 
 
 def load_inventory(path: str | None) -> Inventory:
-    """Load, merge and validate an Ansible YAML inventory."""
+    """Resolve an Ansible inventory (a YAML or INI file, a directory, a plugin config) with ansible-core, with
+    its `group_vars/` and `host_vars/`, and validate every host's variables."""
     file = resolve_inventory_path(path)
-    data = load_yaml(file, "inventory")
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"{file}: an inventory must be a mapping of groups (e.g. `all:`), found {data!r}")
-    graph = _InventoryGraph(file)
-    for group_name, group in data.items():
-        graph.parse_group(str(group_name), group)
-    order = _host_order(data)
-    if not order:
+    if file.is_file() and file.suffix in (".yml", ".yaml"):
+        data = load_yaml(file, "inventory")
+        if not (isinstance(data, dict) and "plugin" in data):  # a plugin config is the plugin's to check
+            _check_yaml_groups(file, data)
+    resolved = inventorysource.resolve(file)
+    if not resolved.host_vars:
         raise ConfigError(f"{file}: field 'hosts': the inventory declares no host")
-    resolved = [_validated_host(file, name, graph.resolved_vars(name)) for name in order]
-    resolved.sort(key=lambda h: not h.vars.get("cutover_canary", False))
-    return Inventory(path=file, hosts=resolved, groups=graph.members(), serial=_rollout_serial(file, resolved))
+    hosts = [_validated_host(file, name, values) for name, values in resolved.host_vars.items()]
+    hosts.sort(key=lambda h: not h.vars.get("cutover_canary", False))
+    return Inventory(path=file, hosts=hosts, groups=resolved.groups, serial=_rollout_serial(file, hosts))
 
 
 def _rollout_serial(file: Path, hosts: list[Host]) -> int | str | list:
@@ -264,159 +265,34 @@ def _serial_ok(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-@dataclass
-class _Group:
-    """One inventory group as Ansible's YAML inventory plugin builds it."""
-
-    name: str
-    vars: dict = field(default_factory=dict)
-    priority: int = 1  # `ansible_group_priority` (Ansible keeps it out of the group's vars)
-    parents: list[str] = field(default_factory=list)
+def _check_yaml_groups(file: Path, data) -> None:
+    """cutover's checks on a YAML inventory file (Ansible's `yaml` plugin only warns and skips these)."""
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{file}: an inventory must be a mapping of groups (e.g. `all:`), found {data!r}")
+    for name, group in data.items():
+        _check_group(file, str(name), group)
 
 
-class _InventoryGraph:
-    """Groups, hosts and variables of a YAML inventory, merged the way Ansible merges them.
-
-    Parsing follows ansible's `yaml` inventory plugin: a group's sections are read in the order they are
-    written; a group or host met more than once gets its variables set again (the later value wins). A host's
-    variables are then, lowest first (ansible's `VariableManager.get_vars` and `inventory.helpers.sort_groups`):
-    the `all` group's vars; the vars of every other group the host is in, directly or through `children`,
-    sorted by depth (longest path from `all`; a group nobody lists as a child is a child of `all`), then
-    `ansible_group_priority` (default 1), then name, so a child group wins over its parents and of two groups
-    at the same depth the one whose name sorts last wins; the host's own vars last. A host only in `all` is in
-    the implicit group `ungrouped` (depth 1). Values replace each other whole (Ansible's default
-    `hash_behaviour = replace`).
-    """
-
-    def __init__(self, file: Path):
-        self.file = file
-        self.groups: dict[str, _Group] = {"all": _Group("all"), "ungrouped": _Group("ungrouped", parents=["all"])}
-        self.host_vars: dict[str, dict] = {}
-        self.host_groups: dict[str, list[str]] = {}  # the groups that list the host itself, in parse order
-
-    def parse_group(self, name: str, group) -> None:
-        file = self.file
-        if group is None:
-            group = {}
-        if not isinstance(group, dict):
-            raise ConfigError(f"{file}: group {name!r} must be a mapping with hosts/vars/children")
-        unknown = sorted(set(group) - {"hosts", "vars", "children"})
-        if unknown:
-            raise ConfigError(
-                f"{file}: group {name!r}: unknown field {unknown[0]!r}",
-                hint="a group holds only `hosts`, `vars` and `children`; put variables under `vars`",
-            )
-        if not isinstance(group.get("vars") or {}, dict):
-            raise ConfigError(f"{file}: group {name!r}: field 'vars' must be a mapping")
-        if not isinstance(group.get("hosts") or {}, dict):
-            raise ConfigError(f"{file}: group {name!r}: field 'hosts' must be a mapping of host names to variables")
-        if not isinstance(group.get("children") or {}, dict):
-            raise ConfigError(f"{file}: group {name!r}: field 'children' must be a mapping of groups")
-        node = self.groups.setdefault(name, _Group(name))
-        for section, entries in group.items():  # in the written order, as Ansible reads them
-            entries = entries or {}
-            if section == "vars":
-                for key, value in entries.items():
-                    self._set_group_var(node, str(key), value)
-            elif section == "children":
-                for child_name, child in entries.items():
-                    child_name = str(child_name)
-                    self.parse_group(child_name, child)
-                    self._add_child(node, self.groups[child_name])
-            else:
-                for host_name, host_vars in entries.items():
-                    host_name = str(host_name)
-                    if host_vars is not None and not isinstance(host_vars, dict):
-                        raise ConfigError(f"{file}: host {host_name!r}: its variables must be a mapping")
-                    self.host_vars.setdefault(host_name, {}).update(host_vars or {})
-                    direct = self.host_groups.setdefault(host_name, [])
-                    if name not in direct:
-                        direct.append(name)
-
-    def _set_group_var(self, node: _Group, key: str, value) -> None:
-        if key != "ansible_group_priority":
-            node.vars[key] = value
-            return
-        try:
-            node.priority = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{self.file}: group {node.name!r}: field 'ansible_group_priority' must be an "
-                              f"integer, found {value!r}") from None
-
-    def _add_child(self, parent: _Group, child: _Group) -> None:
-        if parent.name in child.parents:
-            return
-        if child.name == "all" or child is parent or child.name in self._ancestors(parent.name):
-            raise ConfigError(f"{self.file}: group {parent.name!r}: child group {child.name!r} makes a loop of "
-                              "groups", hint="a group cannot be (a child of) its own child; `all` is nobody's child")
-        child.parents.append(parent.name)
-
-    def _parents(self, name: str) -> list[str]:
-        if name == "all":
-            return []
-        return self.groups[name].parents or ["all"]  # a group nobody lists as a child is a child of `all`
-
-    def _ancestors(self, name: str) -> set[str]:
-        seen: set[str] = set()
-        todo = list(self._parents(name))
-        while todo:
-            current = todo.pop()
-            if current not in seen:
-                seen.add(current)
-                todo.extend(self._parents(current))
-        return seen
-
-    def _depth(self, name: str, memo: dict[str, int]) -> int:
-        if name not in memo:
-            parents = self._parents(name)
-            memo[name] = max((self._depth(p, memo) + 1 for p in parents), default=0)
-        return memo[name]
-
-    def groups_of(self, host: str) -> set[str]:
-        """Every group the host is in (ancestors included), as Ansible's `Host.get_groups()` after reconcile."""
-        direct = set(self.host_groups[host])
-        groups = set(direct)
-        for name in direct:
-            groups |= self._ancestors(name)
-        if not groups - {"all"}:
-            groups |= {"ungrouped"} | self._ancestors("ungrouped")
-        elif "ungrouped" in direct and groups - {"all", "ungrouped"}:
-            groups.discard("ungrouped")  # Ansible drops a host that has other groups from `ungrouped`
-        return groups | {"all"}
-
-    def resolved_vars(self, host: str) -> dict:
-        """The host's variables, merged with Ansible's precedence (class docstring)."""
-        memo: dict[str, int] = {}
-        others = [self.groups[g] for g in self.groups_of(host) if g != "all"]
-        others.sort(key=lambda g: (self._depth(g.name, memo), g.priority, g.name))
-        merged = dict(self.groups["all"].vars)
-        for group in others:
-            merged.update(group.vars)
-        merged.update(self.host_vars[host])
-        return merged
-
-    def members(self) -> dict[str, list[str]]:
-        """Group name -> the sorted names of its hosts, those of its descendants included (for --limit)."""
-        result: dict[str, list[str]] = {}
-        for name in self.groups:
-            result[name] = sorted(h for h in self.host_groups if name in self.groups_of(h))
-        return result
-
-
-def _host_order(data: dict) -> list[str]:
-    """Hosts in inventory order: each where it is first met, a group's own hosts before its children's."""
-    order: dict[str, None] = {}
-
-    def walk(group) -> None:
-        if isinstance(group, dict):
-            for host_name in group.get("hosts") or {}:
-                order.setdefault(str(host_name), None)
-            for child in (group.get("children") or {}).values():
-                walk(child)
-
-    for group in data.values():
-        walk(group)
-    return list(order)
+def _check_group(file: Path, name: str, group) -> None:
+    if group is None:
+        return
+    if not isinstance(group, dict):
+        raise ConfigError(f"{file}: group {name!r} must be a mapping with hosts/vars/children")
+    unknown = sorted(set(group) - {"hosts", "vars", "children"})
+    if unknown:
+        raise ConfigError(f"{file}: group {name!r}: unknown field {unknown[0]!r}",
+                          hint="a group holds only `hosts`, `vars` and `children`; put variables under `vars`")
+    if not isinstance(group.get("vars") or {}, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'vars' must be a mapping")
+    if not isinstance(group.get("hosts") or {}, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'hosts' must be a mapping of host names to variables")
+    if not isinstance(group.get("children") or {}, dict):
+        raise ConfigError(f"{file}: group {name!r}: field 'children' must be a mapping of groups")
+    for host_name, host_vars in (group.get("hosts") or {}).items():
+        if host_vars is not None and not isinstance(host_vars, dict):
+            raise ConfigError(f"{file}: host {str(host_name)!r}: its variables must be a mapping")
+    for child_name, child in (group.get("children") or {}).items():
+        _check_group(file, str(child_name), child)
 
 
 def _validated_host(file: Path, name: str, values: dict) -> Host:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cutover import ansible
+from cutover import ansible, notify
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import AckTimeoutError, CutoverError, HostError, LockHeldError
 from cutover.hostprotocol.hostlayout import HostPaths, load_record, triton_in_force
@@ -55,9 +55,19 @@ def rollback_hosts(inventory: Inventory, hosts: list[Host], settings: Settings, 
                    to_previous: bool = False, uninstall: bool = False,
                    confirm_restart: Callable[[list[str]], bool] = lambda names: False,
                    say: Callable[[str], None] = lambda message: None,
-                   verbose: bool = False) -> list[HostRollback]:
+                   verbose: bool = False, automatic: bool = False) -> list[HostRollback]:
     """Flip every host to triton with acknowledgement; then, if asked, switch back to the previous release
-    and/or uninstall the plugin (through Ansible). Returns one result per host; never raises for one host."""
+    and/or uninstall the plugin (through Ansible). Returns one result per host; never raises for one host.
+    Announced (cutover/notify.py) once done, as `auto_rollback` when a workflow rolled back by itself."""
+    results = _roll_back(inventory, hosts, settings, reason, to_previous, uninstall, confirm_restart, say, verbose)
+    outcome = ", ".join(f"{r.name} {'on triton' if r.ok else 'NOT confirmed'}" for r in results)
+    notify.send(settings.notify, "auto_rollback" if automatic else "rollback", f"{reason}: {outcome}",
+                operator=settings.operator, reason=reason, hosts={r.name: r.ok for r in results})
+    return results
+
+
+def _roll_back(inventory, hosts, settings, reason, to_previous, uninstall, confirm_restart, say,
+               verbose) -> list[HostRollback]:
     results = {h.name: HostRollback(h.name) for h in hosts}
     wanted = to_previous or uninstall
     for host in hosts:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cutover import ansible
+from cutover import ansible, notify
 from cutover.config import DEFAULT_SERIAL, Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, HostError, LockHeldError
 from cutover.hoststate import HostState, LockRecord
@@ -114,6 +114,10 @@ def stage_release(inventory: Inventory, hosts: list[Host], settings: Settings, r
                 say(f"{host.name}: {by_name[host.name].gpu_check}")
             if not check and not result.hosts[host.name].unreachable:
                 _journal(states[host.name], by_name[host.name], release.release_id)
+    if not check:
+        notify.send(settings.notify, "stage", f"release {release.release_id} staged: " + ", ".join(
+            f"{h.name} {h.outcome}" for h in report.hosts), operator=settings.operator,
+            release_id=release.release_id, hosts={h.name: h.outcome for h in report.hosts})
     return report
 
 

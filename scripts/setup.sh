@@ -3,6 +3,7 @@
 # installs nothing new). Used by scripts/test.sh and by the README's main-job command.
 #
 #   * openssh-server: the integration tests start real sshd daemons as test hosts;
+#   * prometheus: the tests of PromQL gates start a real Prometheus server on loopback, scraping the sandbox;
 #   * .venv: cutover (editable, with its test extra) plus the CPU stack the parity tests and the sandbox use:
 #     torch (CPU build, pinned: an open range would download a multi-GB CUDA build), triton (its interpreter
 #     runs SGLang's Triton kernels on CPU), and SGLang installed --no-deps with only the light packages its
@@ -19,6 +20,12 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null; then
     echo "setup: installing openssh-server (test hosts)"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server
+fi
+
+if ! command -v prometheus >/dev/null; then
+    echo "setup: installing prometheus (PromQL gate tests)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
 fi
 
 PYTHON="${PYTHON:-python3}"

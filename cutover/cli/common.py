@@ -19,7 +19,8 @@ from cutover.config import Host, Inventory, Settings
 
 InventoryOpt = Annotated[Optional[str], typer.Option(
     "--inventory", "-i", envvar="CUTOVER_INVENTORY", show_default=False,
-    help="Ansible YAML inventory of the target hosts (default: inventories/local.yml, the sandbox here).")]
+    help="Ansible inventory of the target hosts: a YAML or INI file, a directory, a plugin config "
+         "(default: inventories/local.yml, the sandbox here).")]
 LimitOpt = Annotated[Optional[str], typer.Option(
     "--limit", envvar="CUTOVER_LIMIT", help="Only these hosts or groups (comma-separated).")]
 ConfigOpt = Annotated[Optional[str], typer.Option(

@@ -57,6 +57,7 @@ class ControlState:
         self.lease_expires_at: float | None = None
         self.forced_triton_generation: int | None = None  # a fallback sticks for this generation
         self.forced_reason = ""
+        self.lease_expiries = 0  # leases that expired while this process ran a non-triton mode
         self.refuse_up_to = refuse_up_to_generation
         self.unclean_reason = unclean_reason
         self.unavailable = ""  # set when this process cannot run the custom path at all
@@ -134,6 +135,7 @@ class ControlState:
         if self.refuse_up_to is not None and applied.generation <= self.refuse_up_to:
             return Decision("triton", 1, self.unclean_reason)
         if self.lease_expires_at is not None and now >= self.lease_expires_at:
+            self.lease_expiries += 1  # once per generation: the forced fallback answers the next polls
             return self._force(f"lease of generation {applied.generation} ({applied.mode}) expired at "
                                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.lease_expires_at))}; "
                                "running triton until a newer generation arrives")

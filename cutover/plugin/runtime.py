@@ -19,6 +19,7 @@ from cutover.plugin.buffers import GrowOnlyBuffers
 from cutover.plugin.dispatch import VerifyDispatcher
 from cutover.plugin.hooks import refusal_reason, sglang_version
 from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
+from cutover.plugin.metrics import rank_metrics
 from cutover.plugin.stats import StatsDrain
 from cutover.servingstack import serving_stack
 
@@ -75,6 +76,7 @@ class PluginRuntime:
         self.audit = Audit(CaptureStore(paths.captures, rank), rank, self.kernel_label, self.release_id,
                            interval_s=audit_interval_s)
         self.stats = StatsDrain(paths.stats_file(rank), rank)
+        self.metrics = rank_metrics(paths.state_dir, self.host, rank)
         self.problems: dict[str, int] = {}
         self.fallback_shapes: set[tuple] = set()
         loop_args = {} if poll_s is None else {"poll_s": poll_s}
@@ -176,8 +178,20 @@ class PluginRuntime:
                 if idle_line:
                     self._next_idle_line = now + IDLE_STATS_INTERVAL_S
                 self._drain_noting_failures(write=self.control.mode_active == "shadow" or idle_line)
+                self._export_metrics(state)
         finally:
             self._write_heartbeat(state, decision)
+
+    def _export_metrics(self, state: ControlState) -> None:
+        """Update the rank's Prometheus series; a failure is noted (logged once), never raised."""
+        if self.metrics is None:
+            return
+        delta, self.stats.pending_delta = self.stats.pending_delta, None
+        try:
+            self.metrics.update(self.control.mode_active, self.control.applied_generation, state.lease_expires_at,
+                                state.lease_expiries, delta)
+        except Exception as exc:  # noqa: BLE001 - the series are for operators; serving goes on without them
+            self.note_problem(f"the Prometheus series could not be updated: {type(exc).__name__}: {exc}")
 
     def _drain_noting_failures(self, write: bool) -> None:
         """drain(), where a stats line that cannot be written (a full disk) or a drain that fails is noted, never

@@ -43,6 +43,7 @@ class StatsDrain:
         self.totals = {"verify_calls": 0, "verify_steps": 0, "compared": 0, "nonfinite_custom": 0,
                        "nonfinite_stock": 0}
         self.last_verify_at: float | None = None
+        self.pending_delta: torch.Tensor | None = None  # counters folded in since the exporter took them
         self.write_errors = 0  # stats lines that could not be appended (heartbeat counter stats_write_errors)
         self._pending_truth: list[dict] = []  # truth samples of lines not written yet
 
@@ -65,6 +66,7 @@ class StatsDrain:
         now = time.time()
         delta = counters - (self._totals_before if self._totals_before is not None else 0)
         self._totals_before = counters
+        self.pending_delta = delta if self.pending_delta is None else self.pending_delta + delta
         calls = delta[:, CALLS]
         if bool((calls > 0).any()):
             self.last_verify_at = now

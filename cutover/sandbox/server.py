@@ -11,6 +11,7 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cutover.hostprotocol.hostlayout import CUTOVER_ROOT_ENV, MODES, STATE_DIR_ENV, Heartbeat, HostPaths
 from cutover.plugin.hooks import RANK_ENV
+from cutover.plugin.metrics import MULTIPROC_ENV
 
 log = logging.getLogger("cutover.sandbox")
 
@@ -48,6 +50,11 @@ class ServerConfig:
     def kernel_label(self) -> str:
         return "cuda" if self.device == "cuda" else "reference (no GPU)"
 
+    @property
+    def prometheus_dir(self) -> str:
+        """The ranks' prometheus_client multiprocess directory, as SGLang keeps one with metrics enabled."""
+        return os.path.join(self.state_dir, "sandbox", "prometheus")
+
     def rank_device(self, rank: int) -> str:
         if self.device != "cuda":
             return "cpu"
@@ -73,8 +80,10 @@ class RankSupervisor:
     def start(self) -> None:
         logs = os.path.join(self.config.state_dir, "sandbox")
         os.makedirs(logs, exist_ok=True)
+        shutil.rmtree(self.config.prometheus_dir, ignore_errors=True)  # a new server's counters start at zero
+        os.makedirs(self.config.prometheus_dir)
         for rank in range(self.config.ranks):
-            env = dict(os.environ, **{STATE_DIR_ENV: self.config.state_dir,
+            env = dict(os.environ, **{STATE_DIR_ENV: self.config.state_dir, MULTIPROC_ENV: self.config.prometheus_dir,
                                       CUTOVER_ROOT_ENV: self.config.cutover_root, RANK_ENV: str(rank)})
             with open(os.path.join(logs, f"rank-{rank}.log"), "ab") as out:
                 self.procs[rank] = subprocess.Popen(
@@ -170,7 +179,20 @@ def render_metrics(config: ServerConfig, supervisor: RankSupervisor, generate_re
               "# HELP cutover_generate_requests_total /generate requests answered.",
               "# TYPE cutover_generate_requests_total counter",
               _metric("cutover_generate_requests_total", generate_requests)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + plugin_series(config.prometheus_dir)
+
+
+def plugin_series(prometheus_dir: str) -> str:
+    """The plugin's series the ranks wrote into the multiprocess directory (docs/metrics.md), as SGLang's own
+    /metrics shows them."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    if not os.path.isdir(prometheus_dir):
+        return ""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=prometheus_dir)
+    return generate_latest(registry).decode()
 
 
 def synthetic_completion(prompt: str, max_new_tokens: int) -> dict:

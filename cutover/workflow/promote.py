@@ -20,6 +20,8 @@ from typing import Callable, NoReturn
 import requests
 
 from checks.policy import Policy, looser_than
+from checks.prometheus import GateWatch, first_failure
+from cutover import notify
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
@@ -260,6 +262,8 @@ def _promote_host(
     unchecked = unchecked_watch_checks(plan.baseline)
     if unchecked:
         say(f"{link.name}: {unchecked}")
+    gates = GateWatch(options.policy.prometheus, "promote")
+    gates.record_before()  # a relative gate's value before the flip; nothing is switched if it cannot be read
     leased = True
     try:
         control = link.call(
@@ -283,7 +287,7 @@ def _promote_host(
             f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
             f"{options.watch_s / 60:g} min"
         )
-        _watch(link, plan, control.generation, ack, options, keep_locks)
+        _watch(link, plan, control.generation, ack, options, keep_locks, gates)
         forced = bool(plan.override)
         link.call(
             lambda st: st.set_phase(
@@ -308,6 +312,9 @@ def _promote_host(
     except BaseException as exc:
         _stop(inventory, link, plan, settings, options, exc, leased)
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
+    notify.send(settings.notify, "promote", f"{link.name} promoted (custom kernel live) with release "
+                f"{plan.release_id}", operator=settings.operator, host=link.name, release_id=plan.release_id,
+                forced=bool(plan.override))
     detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
     return HostPromotion(link.name, "promoted", detail)
 
@@ -330,7 +337,8 @@ def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: 
     reason = "stopped by the operator (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (
         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     with sigint_deferred():
-        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}")
+        [result] = rollback_hosts(inventory, [link.host], settings, reason=f"promote stopped: {reason}",
+                                  automatic=True)
     if result.ok:
         outcome = "rolled back to Triton"
     elif leased:
@@ -351,9 +359,9 @@ def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: 
     ) from None
 
 
-def _watch(link, plan, generation, ack, options, keep_locks) -> None:
-    """Probe the host for the watch window (renewing its lease and every lock); raise _Regression on the
-    first regression."""
+def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch) -> None:
+    """Probe the host for the watch window (renewing its lease and every lock) and check the PromQL `gates` at
+    every probe; raise _Regression on the first regression."""
     policy = options.policy
     trackers = trackers_from_ack(link.name, ack.ranks)
     session = requests.Session()
@@ -374,6 +382,7 @@ def _watch(link, plan, generation, ack, options, keep_locks) -> None:
         if sample.healthy:
             samples.append(sample)
         problem = find_regression(policy, plan.baseline, trackers, samples, failed_probes, sample, plan.release_id)
+        problem = problem or first_failure(gates.check())
         if problem:
             raise _Regression(problem)
 

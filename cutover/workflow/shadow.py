@@ -21,6 +21,8 @@ from typing import Callable
 import requests
 
 from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
+from checks.prometheus import GateWatch, with_results
+from cutover import notify
 from checks.policy import Policy, shadow_thresholds
 from cutover.config import Host, Inventory, Settings
 from cutover.errors import ConfigError, CutoverError, GateFailedError, HostError, LockHeldError, PhaseError
@@ -231,6 +233,7 @@ class _ShadowRun:
         self.session = requests.Session()
         self.load: LoadDriver | None = None
         self.ended_by_operator = False  # another operator's rollback ended the run (_causes)
+        self.prometheus_gates = GateWatch(self.policy.prometheus, "shadow")
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def execute(self) -> ShadowOutcome:
@@ -280,6 +283,7 @@ class _ShadowRun:
     def _arm(self) -> None:
         """Arm shadow with a lease on every host and wait for every rank; record where we armed."""
         self.store.save_run(self._meta(kernels=[]))
+        self.prometheus_gates.record_before()  # a relative PromQL gate's value before the flip
         for link in self.links:
             tail = StatsTail(link.host)
             link.call(tail.skip_existing)  # before the flip: every record of the new generation lands after
@@ -309,6 +313,10 @@ class _ShadowRun:
                 )
             )
         self.store.save_run(self._meta(kernels=sorted({t.kernel for r in self.runs for t in r.trackers})))
+        notify.send(self.settings.notify, "shadow_start", f"shadow run {self.run_id} of release {self.release_id} "
+                    f"armed on {', '.join(r.link.name for r in self.runs)} for {self.options.duration_s:g} s",
+                    operator=self.settings.operator, run_id=self.run_id, release_id=self.release_id,
+                    hosts=[r.link.name for r in self.runs])
 
     def _meta(self, kernels: list[str]) -> dict:
         return run_meta(
@@ -331,6 +339,8 @@ class _ShadowRun:
                 self._tick_host(run, probe_due)
             last_probe = time.monotonic() if probe_due else last_probe
             verdict = evaluate_shadow(self.policy.shadow, self.summary, self._observations(), elapsed, final=False)
+            if probe_due:
+                verdict = with_results(verdict, self.prometheus_gates.check())
             self._report_progress(elapsed)
             if not verdict.passed:
                 raise _Breach(verdict.reasons())
@@ -439,6 +449,7 @@ class _ShadowRun:
                 hosts or [link.host for link in self.entered],
                 self.settings,
                 reason=why or f"shadow run {self.run_id} failed: {reasons[0]}",
+                automatic=True,
             )
         except CutoverError as exc:
             results = []
@@ -479,12 +490,14 @@ class _ShadowRun:
 
     def _finish_normally(self) -> ShadowOutcome:
         ranks_at_end = self._observations()  # before the flip back, while every rank should be in shadow
+        prometheus_results = self.prometheus_gates.check(final=True)  # the operators' series, still in shadow
         elapsed = time.monotonic() - self.started_mono
         renewals = self._renewal_failures()
         problems = self._return_to_triton(f"shadow run {self.run_id} finished")
         problems += self._ingest_last()
         self.moved = self._phases_moved()
         verdict = evaluate_shadow(self.policy.shadow, self.summary, ranks_at_end, elapsed, final=True)
+        verdict = with_results(verdict, prometheus_results)
         notes = rollback_path_notes(self.returned_by_rollback) + phase_moved_notes(self.moved)
         if verdict.passed and not problems:  # the notes first: they are what the operator must act on
             return self._conclude("passed", notes + verdict.reasons() + renewals, verdict)
@@ -537,6 +550,9 @@ class _ShadowRun:
 
     def _conclude(self, outcome: str, reasons: list[str], verdict: Verdict | None) -> ShadowOutcome:
         record = self._record(outcome, reasons, verdict)
+        notify.send(self.settings.notify, "shadow_verdict",
+                    f"shadow run {self.run_id} {outcome}: {'; '.join(reasons[:1])}", operator=self.settings.operator,
+                    run_id=self.run_id, release_id=self.release_id, outcome=outcome, reasons=reasons)
         report = write_report(self.store)
         if not record.passed:
             headline = "aborted" if outcome == "aborted" else "failed"

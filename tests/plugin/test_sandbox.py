@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
 from tests.plugin.conftest import TEST_RELEASE
@@ -147,6 +148,30 @@ def test_mode_switch_is_acknowledged_by_every_rank_within_one_second(sandbox):
     assert line["generation"] == 2 and line["kernel"] == "reference (no GPU)"
 
 
+def plugin_series(sandbox, name: str, **labels) -> float:
+    """The sum of a plugin series (docs/metrics.md) over the samples of /metrics that carry `labels` (0 if none)."""
+    wanted = {k: str(v) for k, v in labels.items()}
+    return sum(s.value for family in text_string_to_metric_families(sandbox.get("/metrics")[1])
+               for s in family.samples if s.name == name and wanted.items() <= s.labels.items())
+
+
+def test_plugin_series_are_on_the_sandbox_metrics_as_on_sglangs(sandbox):
+    """The ranks write the plugin's series through prometheus_client's multiprocess directory; /metrics shows
+    them for every rank and layer, as SGLang's /metrics does with metrics enabled."""
+    host = socket.gethostname()
+    for rank in range(RANKS):  # the series follow the heartbeat within a stats drain (1 s)
+        sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_mode", host=host, rank=rank,
+                                               mode="shadow") == 1, 5, f"rank {rank}'s mode series")
+        assert plugin_series(sandbox, "cutover_plugin_generation", host=host, rank=rank) == 2
+        assert f'cutover_plugin_lease_age_seconds{{host="{host}",rank="{rank}"}}' in sandbox.get("/metrics")[1]
+        sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_compared_calls_total", rank=rank,
+                                               layer=2) > 0, 15, f"rank {rank}'s compared calls of layer 2")
+    calls = plugin_series(sandbox, "cutover_plugin_verify_calls_total", rank=0)
+    compared = plugin_series(sandbox, "cutover_plugin_divergence_rel_l2_ratio_count", rank=0)
+    assert calls >= compared > 0
+    assert plugin_series(sandbox, "cutover_plugin_divergence_rel_l2_ratio_bucket", rank=0, le="+Inf") == compared
+
+
 def test_injected_nan_in_the_custom_path_is_counted(sandbox):
     fault = os.path.join(sandbox.paths.state_dir, "sandbox-fault")
     before = sandbox.metric("cutover_nonfinite_total", rank=0, kernel="custom")
@@ -156,6 +181,8 @@ def test_injected_nan_in_the_custom_path_is_counted(sandbox):
         sandbox.wait_for(lambda: sandbox.metric("cutover_nonfinite_total", rank=0, kernel="custom") > before, 15,
                          "non-finite custom outputs counted")
         assert sandbox.metric("cutover_nonfinite_total", rank=1, kernel="custom") == 0
+        sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_nonfinite_outputs_total", rank=0, layer=2,
+                                               kernel="custom") > 0, 5, "the plugin series of layer 2 counting it")
     finally:
         os.unlink(fault)
 
@@ -181,6 +208,10 @@ while True:
     sandbox.wait_for(lambda: all(b.mode_active == "triton" for b in sandbox.beats()), 3.0, "triton after expiry")
     assert time.time() - killed_at < 1.5 + 0.5 + 0.5  # lease + one poll + slack
     assert all("lease of generation 3 (shadow) expired" in b.reason for b in sandbox.beats())
+    sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_lease_expiries_total") == RANKS, 3,
+                     "each rank's lease expiry counted")
+    sandbox.wait_for(lambda: plugin_series(sandbox, "cutover_plugin_mode", mode="triton") == RANKS, 3,
+                     "each rank's mode series on triton")
 
 
 def test_unclean_rank_death_takes_the_server_down_and_the_restart_stays_on_triton(sandbox):

@@ -246,33 +246,120 @@ def ansible_inventory_cli() -> str | None:
     return str(beside) if beside.exists() else shutil.which("ansible-inventory")
 
 
-@pytest.mark.skipif(ansible_inventory_cli() is None, reason="ansible-inventory (ansible-core) is not installed")
-def test_resolution_matches_ansible_inventory_host(tmp_path):
-    """Every variable `ansible-inventory --host` resolves for a host, cutover resolves to the same value."""
-    path = multi_group_inventory(tmp_path / "inv.yml")
-    inventory = config.load_inventory(str(path))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_INVENTORY_ENABLED": "yaml",
-           "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-           "ANSIBLE_NOCOLOR": "1"}
+def ansible_host_vars(source: Path, host: str, tmp_path: Path) -> dict:
+    """What `ansible-inventory --host` resolves for `host` from `source` (no ansible.cfg, default plugins)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run([ansible_inventory_cli(), "-i", str(source), "--host", host], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def assert_resolves_like_ansible(source: Path, tmp_path: Path) -> config.Inventory:
+    """Every variable `ansible-inventory --host` resolves for each host, cutover resolves to the same value."""
+    inventory = config.load_inventory(str(source))
     for host in inventory.hosts:
-        done = subprocess.run([ansible_inventory_cli(), "-i", str(path), "--host", host.name], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        expected = json.loads(done.stdout)
-        assert expected["tag"] != "all"  # the inventory exercises group precedence for every host
+        expected = ansible_host_vars(source, host.name, tmp_path)
         assert {key: host.vars.get(key) for key in expected} == expected, host.name
+    return inventory
 
 
-def test_group_loops_and_bad_priorities_are_named(tmp_path):
+needs_ansible_inventory = pytest.mark.skipif(ansible_inventory_cli() is None,
+                                             reason="ansible-inventory (ansible-core) is not installed")
+
+
+@needs_ansible_inventory
+def test_resolution_matches_ansible_inventory_host(tmp_path):
+    inventory = assert_resolves_like_ansible(multi_group_inventory(tmp_path / "inv.yml"), tmp_path)
+    assert all(host.vars["tag"] != "all" for host in inventory.hosts)  # group precedence decides for every host
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@needs_ansible_inventory
+def test_group_vars_and_host_vars_directories_resolve_like_ansible(tmp_path):
+    """`group_vars/all.yml` setting cutover_root (the field cutover reported missing before), a group's file,
+    a host's file and a host_vars directory of several files."""
+    source = tmp_path / "inventory"
+    write_yaml(source / "hosts.yml", {"all": {"children": {"prod": {"hosts": {"h1": None, "h2": None}},
+                                                            "canary": {"hosts": {"h2": {"serving_port": 31002}}}}}})
+    write_yaml(source / "group_vars" / "all.yml", {k: v for k, v in SGLANG_BASE.items() if k != "tp_size"})
+    write_yaml(source / "group_vars" / "prod.yml", {"tp_size": 4, "tag": "prod"})
+    write_yaml(source / "group_vars" / "canary" / "main.yml", {"cutover_canary": True, "tag": "canary"})
+    write_yaml(source / "host_vars" / "h1.yml", {"gpu_check_device": 2})
+    write_yaml(source / "host_vars" / "h2" / "a.yml", {"serving_python": "/opt/h2/python"})
+    write_yaml(source / "host_vars" / "h2" / "b.yml", {"gpu_check_device": 5})
+    inventory = assert_resolves_like_ansible(source, tmp_path)
+    by_name = {h.name: h for h in inventory.hosts}
+    assert [h.name for h in inventory.hosts] == ["h2", "h1"]  # the canary (from group_vars/canary/) first
+    assert by_name["h1"].paths.cutover_root == "/opt/cutover" and by_name["h1"].tp_size == 4
+    assert (by_name["h2"].vars["serving_python"], by_name["h2"].vars["gpu_check_device"]) == ("/opt/h2/python", 5)
+    # canary and prod are both at depth 1: the name sorting last (prod) wins, as in Ansible
+    assert by_name["h2"].vars["tag"] == "prod" and by_name["h2"].serving_port == 31002
+
+
+@needs_ansible_inventory
+def test_ini_inventory_resolves_like_ansible(tmp_path):
+    source = tmp_path / "hosts.ini"
+    source.write_text(
+        "[serving:children]\nprod\nlab\n\n"
+        "[prod]\nct1 ansible_host=10.0.0.1 serving_port=31001\nct2 ansible_host=10.0.0.2 cutover_canary=true\n\n"
+        "[lab]\nlab1 tp_size=2\n\n"
+        "[prod:vars]\ntag=prod\ngpu_check_device=3\n\n"
+        "[all:vars]\n" + "".join(f"{k}={v}\n" for k, v in SGLANG_BASE.items()))
+    inventory = assert_resolves_like_ansible(source, tmp_path)
+    assert [h.name for h in inventory.hosts] == ["ct2", "ct1", "lab1"]
+    ct1 = inventory.hosts[1]
+    assert (ct1.address, ct1.serving_port, ct1.tp_size, ct1.vars["gpu_check_device"]) == ("10.0.0.1", 31001, 8, 3)
+    assert [h.name for h in inventory.select("serving")] == ["ct2", "ct1", "lab1"]
+    assert inventory.select("lab")[0].tp_size == 2
+
+
+@needs_ansible_inventory
+def test_constructed_plugin_extends_a_yaml_inventory_like_ansible(tmp_path):
+    """A directory holding a YAML inventory and a `constructed` config that composes a variable and builds
+    groups from variables; the constructed group's group_vars apply as in a playbook."""
+    source = tmp_path / "inventory"
+    write_yaml(source / "01-hosts.yml", {"all": {"vars": SGLANG_BASE, "hosts": {
+        "big1": {"gpu_count": 8}, "small1": {"gpu_count": 2}}}})
+    write_yaml(source / "02-constructed.yml", {
+        "plugin": "ansible.builtin.constructed", "strict": True,
+        "compose": {"tp_size": "gpu_count", "serving_port": "30000 + gpu_count"},
+        "groups": {"big_gpus": "gpu_count >= 8"},
+        "keyed_groups": [{"key": "gpu_arch", "prefix": "arch"}]})
+    write_yaml(source / "group_vars" / "big_gpus.yml", {"cutover_canary": True, "tag": "big"})
+    inventory = assert_resolves_like_ansible(source, tmp_path)
+    assert [(h.name, h.tp_size, h.serving_port) for h in inventory.hosts] == [("big1", 8, 30008), ("small1", 2, 30002)]
+    assert inventory.hosts[0].vars["tag"] == "big"
+    assert [h.name for h in inventory.select("big_gpus")] == ["big1"]
+    assert [h.name for h in inventory.select("arch_sm_120")] == ["big1", "small1"]
+
+
+def test_a_source_ansible_cannot_parse_is_refused(tmp_path):
+    source = tmp_path / "plugin.yml"
+    write_yaml(source, {"plugin": "ansible.builtin.constructed", "strict": True, "groups": {"x": "undefined_var"}})
+    with pytest.raises(ConfigError, match=rf"^{source}: (Ansible cannot parse this inventory|field 'hosts')"):
+        config.load_inventory(str(source))
+
+
+def test_group_loops_and_bad_priorities_are_refused_with_ansibles_reason(tmp_path, capfd):
+    """Ansible's yaml plugin refuses these; cutover refuses the inventory and Ansible's warnings say why."""
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump({"all": {"vars": SGLANG_BASE, "children": {
         "a": {"hosts": {"h": None}, "children": {"b": {"children": {"a": None}}}}}}}))
-    with pytest.raises(ConfigError, match="group 'a': child group 'b' makes a loop of groups"):
+    with pytest.raises(ConfigError, match=rf"^{path}: Ansible cannot parse this inventory"):
         config.load_inventory(str(path))
+    assert "Adding group 'b' as child to 'a' creates a recursive dependency loop" in capfd.readouterr().err
     path.write_text(yaml.safe_dump({"all": {"vars": SGLANG_BASE, "children": {
         "a": {"hosts": {"h": None}, "vars": {"ansible_group_priority": "high"}}}}}))
-    with pytest.raises(ConfigError, match="group 'a': field 'ansible_group_priority' must be an integer, found 'high'"):
+    with pytest.raises(ConfigError, match=rf"^{path}: Ansible cannot parse this inventory"):
         config.load_inventory(str(path))
+    assert "invalid literal for int() with base 10: 'high'" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("known_hosts,expected", [
