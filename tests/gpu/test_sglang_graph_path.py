@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 import torch
 
 from cutover.plugin import hooks
 from cutover.plugin.devicestate import CALLS, COMPARED, SERVED
+from tests.gpu.staging import GPU_RELEASE, stage_built_library
 
 pytestmark = [pytest.mark.gpu, pytest.mark.sglang]
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # tests/ (the engine builder)
@@ -44,6 +44,7 @@ def sglang_on_cuda(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTOVER_ROOT", str(tmp_path / "root"))
     monkeypatch.setattr(hooks, "_runtime", None)
     monkeypatch.setattr(plugins, "_plugins_loaded", False)
+    stage_built_library(hooks.host_paths_from_env())  # the release the rank loads
     enter_single_rank_context()
     plugins.load_plugins()
     yield hooks.host_paths_from_env()
@@ -52,12 +53,12 @@ def sglang_on_cuda(tmp_path, monkeypatch):
 
 
 def request(paths, mode: str, generation: int) -> None:
-    from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
+    from armed import armed_record
+    from cutover.hostprotocol.hostlayout import atomic_write_text
 
     from sglang_engine.engine import wait_for_mode
 
-    atomic_write_text(paths.control, ControlRecord(mode=mode, generation=generation,
-                                                   lease_expires_at=time.time() + 600).to_json())
+    atomic_write_text(paths.control, armed_record(mode, generation, lease_s=600.0, release_id=GPU_RELEASE).to_json())
     wait_for_mode(paths, 0, mode, generation)
 
 

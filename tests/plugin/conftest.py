@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 import torch
 
+from armed import armed_record, stage_test_release
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
 from cutover.plugin.runtime import PluginRuntime
-
-
-TEST_RELEASE = "0123456789-test00"  # the release every test rank has loaded (<cutover_root>/current)
 
 
 @pytest.fixture
@@ -23,9 +18,7 @@ def paths(tmp_path) -> HostPaths:
 @pytest.fixture
 def loaded_release(paths) -> str:
     """TEST_RELEASE staged as <cutover_root>/current: the release a rank started here loads."""
-    os.makedirs(paths.release(TEST_RELEASE))
-    os.symlink(paths.release(TEST_RELEASE), paths.current)
-    return TEST_RELEASE
+    return stage_test_release(paths)
 
 
 @pytest.fixture
@@ -33,9 +26,7 @@ def write_control(paths, loaded_release):
     """write_control(mode, generation, lease_s=60.0 | None, sample_rate=1): atomically, as the CLI does."""
 
     def write(mode: str, generation: int, lease_s: float | None = 60.0, sample_rate: int = 1) -> ControlRecord:
-        record = ControlRecord(mode=mode, generation=generation, sample_rate=sample_rate, set_by="test",
-                               set_at=time.time(), release_id=TEST_RELEASE,
-                               lease_expires_at=None if lease_s is None else time.time() + lease_s)
+        record = armed_record(mode, generation, lease_s=lease_s, sample_rate=sample_rate)
         atomic_write_text(paths.control, record.to_json())
         return record
 

@@ -8,7 +8,7 @@ import time
 
 from cutover.hostprotocol.hostlayout import Heartbeat, atomic_write_text
 from cutover.plugin.control import ControlLoop, ControlState
-from tests.plugin.conftest import TEST_RELEASE
+from armed import TEST_RELEASE
 
 
 def loaded_state(release_id: str = TEST_RELEASE) -> ControlState:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cutover.hostprotocol.hostlayout import (MAX_LEASE_AHEAD_S, ControlRecord, Heartbeat, atomic_write_text,
                                              read_heartbeat)
 from cutover.plugin.control import ControlLoop, ControlState, read_control
-from tests.plugin.conftest import TEST_RELEASE
+from armed import TEST_RELEASE
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

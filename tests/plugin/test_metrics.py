@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,11 +110,13 @@ def test_without_prometheus_client_the_rank_logs_once_and_serves_on(tmp_path):
         import logging, sys, time, torch
         sys.modules["prometheus_client"] = None  # the serving environment lacks it
         logging.basicConfig(level=logging.WARNING)
-        from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from armed import armed_record, stage_test_release
+        from cutover.hostprotocol.hostlayout import HostPaths, atomic_write_text
         from cutover.plugin.runtime import PluginRuntime
         paths = HostPaths(cutover_root={str(tmp_path / "root")!r}, state_dir={str(tmp_path / "state")!r})
-        atomic_write_text(paths.control, ControlRecord(mode="shadow", generation=1, set_by="test",
-                                                       lease_expires_at=time.time() + 60).to_json())
+        stage_test_release(paths)
+        atomic_write_text(paths.control, armed_record("shadow", 1).to_json())
         runtime = PluginRuntime(paths, 0, torch.device("cpu"))
         assert runtime.metrics is None
         print(runtime.control.poll_once().mode)

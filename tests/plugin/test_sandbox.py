@@ -19,8 +19,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cutover.hostprotocol.hostlayout import ControlRecord, Heartbeat, HostPaths, atomic_write_text
-from tests.plugin.conftest import TEST_RELEASE
+from cutover.hostprotocol.hostlayout import Heartbeat, HostPaths, atomic_write_text
+from armed import TEST_RELEASE, armed_record, stage_test_release
 
 RANKS = 2
 
@@ -42,8 +42,7 @@ def sandbox_cli(*args, check=True) -> subprocess.CompletedProcess:
 class Sandbox:
     def __init__(self, root):
         self.paths = HostPaths(cutover_root=str(root / "root"), state_dir=str(root / "state"))
-        os.makedirs(self.paths.release(TEST_RELEASE))
-        os.symlink(self.paths.release(TEST_RELEASE), self.paths.current)
+        stage_test_release(self.paths)
         self.port = free_port()
         self.args = ["--state-dir", self.paths.state_dir, "--cutover-root", self.paths.cutover_root,
                      "--port", str(self.port), "--ranks", str(RANKS), "--layers", "3", "--step-interval", "0.2"]
@@ -72,10 +71,7 @@ class Sandbox:
         return beats
 
     def control(self, mode: str, generation: int, lease_s: float | None = 60.0) -> None:
-        record = ControlRecord(mode=mode, generation=generation, set_by="test", set_at=time.time(),
-                               release_id=TEST_RELEASE,
-                               lease_expires_at=None if lease_s is None else time.time() + lease_s)
-        atomic_write_text(self.paths.control, record.to_json())
+        atomic_write_text(self.paths.control, armed_record(mode, generation, lease_s=lease_s).to_json())
 
     def wait_for(self, predicate, timeout_s: float, what: str):
         deadline = time.time() + timeout_s

@@ -12,6 +12,10 @@ import pytest
 
 def _start_worker(state_dir: str, root: str) -> None:
     os.environ["CUTOVER_STATE_DIR"], os.environ["CUTOVER_ROOT"] = state_dir, root
+    from armed import stage_test_release
+    from cutover.hostprotocol.hostlayout import HostPaths
+
+    stage_test_release(HostPaths(cutover_root=root, state_dir=state_dir))  # the release the rank loads
     from sglang_engine.torchvision_standin import install_if_missing
 
     install_if_missing()

@@ -5,8 +5,8 @@ judge."""
 
 from __future__ import annotations
 
-import time
 
+from armed import armed_record
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text, read_heartbeat
 from cutover.plugin import hooks
 from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, SERVED
@@ -29,8 +29,7 @@ def request(mode: str, sample_rate: int = 1) -> int:
             generation = ControlRecord.from_json(handle.read()).generation + 1
     except FileNotFoundError:
         generation = 1
-    record = ControlRecord(mode=mode, generation=generation, sample_rate=sample_rate, set_by="engine-test",
-                           lease_expires_at=time.time() + 120)
+    record = armed_record(mode, generation, lease_s=120.0, sample_rate=sample_rate, set_by="engine-test")
     atomic_write_text(paths().control, record.to_json())
     wait_for_mode(paths(), RANK, mode, generation)
     return generation

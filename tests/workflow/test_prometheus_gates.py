@@ -21,7 +21,8 @@ from checks.policy import load_policy
 from checks.prometheus import GateWatch
 from cutover.config import Inventory, Settings
 from cutover.errors import ConfigError, GateFailedError
-from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text
+from armed import armed_record, stage_test_release
+from cutover.hostprotocol.hostlayout import HostPaths, atomic_write_text
 from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import ShadowOptions, run_shadow
 
@@ -69,8 +70,8 @@ def prometheus_url(tmp_path_factory):
     paths = HostPaths(cutover_root=str(root / "root"), state_dir=str(root / "state"))
     sandbox_port, prometheus_port = free_port(), free_port()
     sandbox = [sys.executable, "-m", "cutover.sandbox"]
-    atomic_write_text(paths.control, ControlRecord(mode="shadow", generation=1, set_by="test",
-                                                   lease_expires_at=None).to_json())
+    stage_test_release(paths)
+    atomic_write_text(paths.control, armed_record("shadow", 1, lease_s=900.0)  # the longest lease a rank obeys.to_json())
     up = subprocess.run(sandbox + ["up", "--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root,
                                    "--port", str(sandbox_port), "--ranks", "2", "--layers", "3",
                                    "--step-interval", "0.2"], capture_output=True, text=True, timeout=240)
