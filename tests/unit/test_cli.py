@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import pytest
 import typer
+import yaml
 
 from cutover.cli.main import app
 from releases import second_release
@@ -389,3 +390,64 @@ def test_only_the_verbs_that_may_restart_serving_take_yes_after_the_verb(invoke)
     assert taking_yes == {"stage", "rollback"}
     refused = invoke("shadow", "--yes")
     assert refused.exit_code == 2 and "No such option: --yes" in refused.stderr
+
+
+def _two_host_inventory(path: Path, root: Path, names: tuple[str, ...]) -> Path:
+    """write_inventory's host under each of `names`, each with its own root and state dir."""
+    hosts = {}
+    for name in names:
+        data = yaml.safe_load(write_inventory(root / f"{name}.yml", root / name).read_text())
+        hosts[name] = data["all"]["hosts"]["local"]
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return path
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+@pytest.mark.parametrize("verb", [("status",), ("sandbox", "status")])
+def test_a_typed_inventory_wins_over_cutover_inventory(invoke, tmp_path, position, verb):
+    """With $CUTOVER_INVENTORY pointing at prod, `-i staging.yml` typed before or after the verb targets staging."""
+    typed = _two_host_inventory(tmp_path / "staging.yml", tmp_path, ("staging",))
+    environment = _two_host_inventory(tmp_path / "prod.yml", tmp_path, ("prod",))
+    args = ["-i", typed, *verb, "--json"] if position == "before" else [*verb, "-i", typed, "--json"]
+    result = invoke(*args, CUTOVER_INVENTORY=str(environment))
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    names = [h["host"] for h in document["hosts"]] if verb == ("status",) else list(document)
+    assert names == ["staging"]
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_a_typed_limit_wins_over_cutover_limit(invoke, tmp_path, position):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    args = ["--limit", "canary", "status", "-i", inventory, "--json"] if position == "before" else [
+        "status", "-i", inventory, "--limit", "canary", "--json"]
+    result = invoke(*args, CUTOVER_LIMIT="bulk")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["canary"]
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_a_typed_config_wins_over_cutover_config(invoke, tmp_path, local_inventory, state_dir, position):
+    """The typed config's operator is the one the journal records; $CUTOVER_CONFIG's is not."""
+    typed, environment = tmp_path / "typed.yml", tmp_path / "env.yml"
+    typed.write_text("operator: typed@test\n")
+    environment.write_text("operator: env@test\n")
+    args = ["--config", typed, "rollback", "-i", local_inventory] if position == "before" else [
+        "rollback", "-i", local_inventory, "--config", typed]
+    result = invoke(*args, CUTOVER_CONFIG=str(environment))
+    assert result.exit_code == 0, result.stderr
+    assert [e["actor"] for e in read_journal(state_dir) if e["action"] == "rollback"] == ["typed@test"]
+
+
+def test_the_environment_still_applies_when_nothing_is_typed(invoke, tmp_path):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    result = invoke("status", "--json", CUTOVER_INVENTORY=str(inventory), CUTOVER_LIMIT="bulk")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["bulk"]
+
+
+def test_typed_after_the_verb_wins_over_typed_before_it(invoke, tmp_path):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    result = invoke("--limit", "bulk", "status", "-i", inventory, "--limit", "canary", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["canary"]
