@@ -44,15 +44,11 @@ class LockRecord:
             return False
         if self.client != socket.gethostname():
             return True
-        if self.pid == os.getpid():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return self.pid != os.getpid() and _pid_running(self.pid)
+
+    def holder_gone(self) -> bool:
+        """Whether the holder was a cutover process on this machine that ended without releasing the lock."""
+        return self.client == socket.gethostname() and self.pid != os.getpid() and not _pid_running(self.pid)
 
     def expired(self, now: float) -> bool:
         """Whether the lock ran out at `now`, a time on the host's clock (HostState.now)."""
@@ -62,7 +58,19 @@ class LockRecord:
         left = self.expires_at - now
         state = f"{left:.0f} s left" if left > 0 else f"expired {-left:.0f} s ago"
         where = f", pid {self.pid} on {self.client}" if self.client else ""
-        return f"{self.owner} ({self.action}, {state}{where})"
+        gone = " - that process is gone" if self.holder_gone() else ""
+        return f"{self.owner} ({self.action}, {state}{where}{gone})"
+
+
+def _pid_running(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (one we may not signal runs too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def parse_lock(text: str) -> LockRecord:
@@ -442,15 +450,17 @@ def release_of(views: list[RankView]) -> str | None:
 
 
 def summarize_stats(record: dict) -> dict:
-    """Collapse one stats record (architecture.md) to the worst values over its layers."""
+    """Collapse one stats record (architecture.md) to the worst values over its layers; the divergence figures
+    are None when no layer compared a call (custom or triton mode: nothing was run twice)."""
     layers = (record.get("layers") or {}).values()
+    compared = [layer for layer in layers if layer.get("compared", 0) > 0]
     return {
         "ts": record.get("ts"),
         "mode": record.get("mode"),
         "kernel": record.get("kernel"),
         "calls": sum(layer.get("calls", 0) for layer in layers),
         "compared": sum(layer.get("compared", 0) for layer in layers),
-        "rel_l2_max": max((layer.get("rel_l2_max", 0.0) for layer in layers), default=None),
-        "max_abs": max((layer.get("max_abs", 0.0) for layer in layers), default=None),
+        "rel_l2_max": max((layer.get("rel_l2_max", 0.0) for layer in compared), default=None),
+        "max_abs": max((layer.get("max_abs", 0.0) for layer in compared), default=None),
         "nonfinite": sum(layer.get("nonfinite_custom", 0) + layer.get("nonfinite_stock", 0) for layer in layers),
     }
