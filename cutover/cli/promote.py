@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from checks.policy import load_policy
 from cutover.cli import common
@@ -39,13 +40,17 @@ def promote(
     """Promote the staged release to serve live traffic: refused unless it passed shadow on every target.
     Hosts go one at a time, canary first: flip to custom with ack under a lease, watch health, verify-step
     rate and error counters against the shadow baseline; a regression rolls that host back and stops.
-    After a clean window the host runs custom without a lease. Already promoted hosts are left alone."""
+    After a clean window the host runs custom without a lease. Already promoted hosts are left alone.
+    The watch shows its countdown, each probe's health, verify rate against the rollback floor, new error
+    counts and the lease: redrawn on a terminal, one line per probe in a log."""
     options = PromoteOptions(
         policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl
     )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
     refuse_policy_out_of_scope(ctx, options.policy, c.hosts)
-    results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say)
+    with common.live_view(c, options.policy.promote.probe_interval_s) as show:
+        results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say,
+                              on_watch=lambda tick: show(Text(tick.line()), tick.line()))
     if c.options.json:
         common.print_json({"hosts": [vars(r) for r in results]})
         return

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Group
-from rich.live import Live
 from rich.table import Table
 
 from checks.policy import Policy, load_policy, refuse_out_of_scope
@@ -27,7 +24,8 @@ PolicyOpt = Annotated[
         "--policy",
         envvar="CUTOVER_POLICY",
         show_default=False,
-        help="Gate policy YAML; fields it sets override checks/policies/default.yml.",
+        help="Gate policy: a YAML file, or a packaged policy's name (default, sandbox); the fields it sets "
+        "override the packaged default policy.",
     ),
 ]
 ReportsOpt = Annotated[
@@ -173,22 +171,9 @@ def shadow(
         f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
         f"{options.policy.source} (lease {lease_ttl:g} s)"
     )
-    if not c.options.json and sys.stdout.isatty():
-        with Live(console=common.console, refresh_per_second=2, transient=False) as live:
-            outcome = run_shadow(
-                c.inventory, c.hosts, c.settings, options, on_progress=lambda p: live.update(_render(p))
-            )
-    else:
-        out = common.err_console if c.options.json else common.console
-        last = [0.0]
-
-        def plain(p: Progress) -> None:
-            """One unwrapped line every PLAIN_PROGRESS_EVERY_S (logs, CI, --json on stderr)."""
-            if time.monotonic() - last[0] >= PLAIN_PROGRESS_EVERY_S:
-                last[0] = time.monotonic()
-                out.print(_headline(p), highlight=False, soft_wrap=True)
-
-        outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=plain)
+    with common.live_view(c, PLAIN_PROGRESS_EVERY_S) as show:
+        outcome = run_shadow(c.inventory, c.hosts, c.settings, options,
+                             on_progress=lambda p: show(_render(p), _headline(p)))
     record = outcome.record
     if c.options.json:
         common.print_json(
