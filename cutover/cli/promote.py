@@ -23,7 +23,7 @@ def promote(
             "--watch-minutes",
             min=0.05,
             show_default=False,
-            help="Watch window per host before it goes leaseless [default: the policy's, 10 minutes].",
+            help="Watch window per host before it goes leaseless (default: the policy's, 10 minutes).",
         ),
     ] = None,
     force: Annotated[

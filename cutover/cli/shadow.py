@@ -34,7 +34,7 @@ ReportsOpt = Annotated[
         "--reports-dir",
         envvar=REPORTS_DIR_ENV,
         show_default=False,
-        help="Where runs and reports are kept locally [default: ./reports].",
+        help="Where runs and reports are kept locally (default: ./reports).",
     ),
 ]
 LeaseOpt = Annotated[

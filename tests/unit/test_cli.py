@@ -451,3 +451,33 @@ def test_typed_after_the_verb_wins_over_typed_before_it(invoke, tmp_path):
     result = invoke("--limit", "bulk", "status", "-i", inventory, "--limit", "canary", "--json")
     assert result.exit_code == 0, result.stderr
     assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["canary"]
+
+
+def _all_commands(group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _all_commands(typer.main.get_command(app))], ids=" ".join)
+def test_help_shows_every_options_help_whole_with_its_default(invoke, path):
+    """Rich markup must not eat a bracketed part of a help text; options with a default show it."""
+    command = dict(_all_commands(typer.main.get_command(app)))[path]
+    result = invoke(*path, "--help")
+    assert result.exit_code == 0
+    shown = " ".join(result.stdout.translate(str.maketrans("│╭╮╰╯─", "      ")).split())
+    for param in command.params:
+        help_text = getattr(param, "help", None)
+        if help_text:
+            assert " ".join(help_text.split()) in shown, (param.name, help_text)
+        default = param.default
+        if getattr(param, "show_default", None) is not False and isinstance(default, (int, float, str)) and not \
+                isinstance(default, bool) and param.name != "help":
+            assert f"[default: {default}]" in shown, (param.name, default)
+
+
+def test_shell_completion_is_offered(invoke):
+    result = invoke("--help")
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
