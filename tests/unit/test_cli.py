@@ -3,7 +3,9 @@ against a local-connection host under tmp_path (real ansible-runner, real playbo
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -336,6 +338,29 @@ def test_sandbox_up_without_serving_port_names_the_field_and_starts_nothing(invo
                              "  fix: set the HTTP port of the serving process (SGLang or the sandbox) in the host's "
                              "or a group's vars, e.g. serving_port: 30001\n")
     assert not state_dir.exists()
+
+
+def test_sandbox_up_without_torch_names_the_missing_module_as_the_cause(invoke, tmp_path, state_dir):
+    """An environment without torch (here: a `torch` on PYTHONPATH that fails to import as a missing one does):
+    the rank's ModuleNotFoundError, read from its log, is the error, not a guess about the port."""
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, serving_port=free_port())
+    result = invoke("sandbox", "up", "-i", inventory, "--timeout", "120", PYTHONPATH=str(no_torch))
+    assert result.exit_code != 0
+    first = result.stderr.splitlines()[0]
+    assert re.search(r"while starting: ModuleNotFoundError: No module named 'torch' \(in "
+                     + re.escape(str(state_dir / "sandbox")) + r"/rank-\d\.log\); log tail:$", first), first
+    assert "  fix: install what is missing into the environment of " in result.stderr
+    assert "is port" not in result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def hand_made_release(tmp_path, **manifest) -> Path:
