@@ -181,8 +181,8 @@ def resolve_policy_path(given: str | Path) -> Path:
     packaged = DEFAULT_POLICY_PATH.parent / (path.name if path.suffix == ".yml" else f"{path.name}.yml")
     if path.parent.name in ("policies", "") and packaged.exists():
         return packaged
-    raise ConfigError(f"policy {given}: file not found",
-                      hint=f"pass an existing file to --policy, or a packaged policy: {', '.join(packaged_policies())}")
+    raise ConfigError(f"policy {given}: file not found", hint="pass an existing file to --policy, or a packaged "
+                      f"policy: {', '.join(packaged_policies())}")
 
 
 def load_policy(path: str | Path | None = None) -> Policy:

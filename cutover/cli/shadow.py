@@ -80,6 +80,28 @@ def _headline(p: Progress) -> str:
     )
 
 
+def _observed(value) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.3g}"
+
+
+def _gates_line(p: Progress) -> str:
+    """Each gate's observed value against its threshold; each host's slowest rank and layer against the compared
+    calls it must reach; each host's lease."""
+    gates = " | ".join(f"{name} {_observed(seen)} (gate {limit:g})" for name, seen, limit in p.gauges)
+    compared = ", ".join(f"{host} {count}/{share} ({min(100, 100 * count // share)}%)"
+                         for host, (count, share) in p.compared.items())
+    leases = ", ".join(f"{host} {left:.0f} s" for host, left in p.leases_left_s.items())
+    return (f"gates: {gates} | compared per rank, slowest layer, against the minimum: {compared} | "
+            f"lease left: {leases}")
+
+
+def _plain(p: Progress) -> str:
+    """The progress on one line, for logs."""
+    return f"{_headline(p)} | {_gates_line(p)}"
+
+
 def _render(p: Progress) -> Group:
     table = Table("host", "rank", "mode", "heartbeat age", "restarts", "note")
     for rank in p.ranks:
@@ -92,7 +114,7 @@ def _render(p: Progress) -> Group:
             str(rank.restarts),
             p.host_errors.get(rank.host) or rank.reason,
         )
-    parts = [_headline(p), table]
+    parts = [_headline(p), _gates_line(p), table]
     if p.load:
         parts.append(
             "load: "
@@ -173,7 +195,7 @@ def shadow(
     )
     with common.live_view(c, PLAIN_PROGRESS_EVERY_S) as show:
         outcome = run_shadow(c.inventory, c.hosts, c.settings, options,
-                             on_progress=lambda p: show(_render(p), _headline(p)))
+                             on_progress=lambda p: show(_render(p), _plain(p)))
     record = outcome.record
     if c.options.json:
         common.print_json(
