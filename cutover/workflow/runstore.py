@@ -33,6 +33,7 @@ def run_meta(
     sample_rate: int,
     kernels: list[str],
     clock_offsets_s: dict[str, float] | None = None,
+    sandbox_hosts: list[str] | None = None,
 ) -> dict:
     """The run.json of a shadow run: what was armed where, under which policy, and each host's clock offset
     (seconds its clock is ahead of the operator's, as measured over SSH: the stats' times are the host's)."""
@@ -47,6 +48,7 @@ def run_meta(
         "sample_rate": sample_rate,
         "kernels": kernels,
         "clock_offsets_s": dict(clock_offsets_s or {}),
+        "sandbox_hosts": sorted(sandbox_hosts or []),  # hosts served by the sandbox: reports label them
     }
 
 
