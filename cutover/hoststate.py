@@ -252,11 +252,12 @@ class HostState:
                 continue
             held = parse_lock(held_text)
             if not held.expired(now) and (held.owner != mine.owner or held.running_elsewhere()):
+                expires = time.strftime('%H:%M:%S', time.localtime(held.expires_at - self.transport.clock_offset()))
                 raise LockHeldError(
                     f"host {self.host.name} is locked by {held.describe(now)}",
-                    hint=f"wait for {held.owner} to finish or ask them; the lock expires at "
-                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at - self.transport.clock_offset()))} "
-                    "(`cutover rollback` is never blocked)",
+                    hint=(f"its holder ended without releasing it: {held.owner}'s next cutover command takes it over; "
+                          if held.holder_gone() else f"wait for {held.owner} to finish or ask them; ")
+                    + f"the lock expires at {expires} (`cutover rollback` is never blocked)",
                 )
             if held.owner == mine.owner:
                 self.transport.write_atomic(self.paths.lock, json.dumps(asdict(mine)))

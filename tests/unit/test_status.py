@@ -1,5 +1,6 @@
-"""`cutover status` table and JSON: the lock's holder, rank reasons and stopped ranks, a corrupt phase file, the
-verdict's outcome, and which verdict is the latest."""
+"""`cutover status` table and JSON: the lock's holder (and a dead one), rank reasons and stopped ranks, a corrupt
+phase file, the verdict's outcome (and one spent by a rollback), which verdict is the latest, the SANDBOX label,
+full-width tables in logs, and `--watch` until Ctrl-C."""
 
 import json
 import os
@@ -8,11 +9,13 @@ import socket
 import subprocess
 import time
 
+import pytest
+from clirunner import Cli
+
 from cutover.cli.status import _rank_notes, _stack_notes
+from cutover.errors import LockHeldError
 from cutover.hostprotocol.hostlayout import Heartbeat
 from cutover.workflow.verdict import VerdictRecord
-
-from clirunner import Cli
 
 from .conftest import write_inventory
 from .test_hoststate import make_state
@@ -311,3 +314,19 @@ def test_status_watch_follows_until_ctrl_c_and_exits_0(tmp_path, local_inventory
     for line in lines:
         assert line.endswith(" local (SANDBOX): phase idle | requested - | ranks 2/2 triton | release - | lease none | "
                              "lock free | compared 0, rel L2 max - | verdict -"), line
+
+
+def test_taking_a_lock_whose_holder_died_says_who_can_take_it_over(local_inventory, state_dir):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state_dir.mkdir()
+    (state_dir / "lock").write_text(json.dumps({
+        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 600,
+        "token": "bobs", "pid": dead.pid, "client": socket.gethostname()}))
+    with pytest.raises(LockHeldError) as refused:
+        make_state(local_inventory).acquire_lock("stage")
+    assert refused.value.message.endswith(f"pid {dead.pid} on {socket.gethostname()} - that process is gone)")
+    assert refused.value.hint.startswith("its holder ended without releasing it: bob@elsewhere's next cutover command "
+                                         "takes it over; the lock expires at ")
+    taken = make_state(local_inventory, operator="bob@elsewhere").acquire_lock("stage")
+    assert taken.owner == "bob@elsewhere" and taken.pid == os.getpid()
