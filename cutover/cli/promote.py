@@ -10,7 +10,7 @@ from rich.text import Text
 
 from checks.policy import load_policy
 from cutover.cli import common
-from cutover.cli.shadow import LeaseOpt, PolicyOpt, refuse_policy_out_of_scope
+from cutover.cli.shadow import LeaseOpt, PolicyOpt, ReportsOpt, refuse_policy_out_of_scope
 from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
@@ -31,6 +31,7 @@ def promote(
     ] = False,
     policy: PolicyOpt = None,
     lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
+    reports_dir: ReportsOpt = None,
     inventory: common.InventoryOpt = None,
     limit: common.LimitOpt = None,
     config_file: common.ConfigOpt = None,
@@ -42,9 +43,11 @@ def promote(
     rate and error counters against the shadow baseline; a regression rolls that host back and stops.
     After a clean window the host runs custom without a lease. Already promoted hosts are left alone.
     The watch shows its countdown, each probe's health, verify rate against the rollback floor, new error
-    counts and the lease: redrawn on a terminal, one line per probe in a log."""
+    counts and the lease: redrawn on a terminal, one line per probe in a log. Where the shadow run is kept here
+    (--reports-dir), the watch is recorded beside it and `cutover report` covers it."""
     options = PromoteOptions(
-        policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl
+        policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl,
+        reports_dir=reports_dir,
     )
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
     refuse_policy_out_of_scope(ctx, options.policy, c.hosts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, NoReturn
 
 import requests
@@ -28,6 +28,7 @@ from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks, stack_changes, unusable
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
+from cutover.workflow.runstore import RunStore
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
 
 
@@ -37,6 +38,7 @@ class PromoteOptions:
     watch_minutes: float | None = None  # None: the policy's promote.watch_minutes
     force: bool = False
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    reports_dir: str | None = None  # where the shadow runs are kept: each watch is recorded beside its run
 
     @property
     def watch_s(self) -> float:
@@ -314,6 +316,12 @@ def _promote_host(
     unchecked = unchecked_watch_checks(plan.baseline)
     if unchecked:
         say(f"{link.name}: {unchecked}")
+    record = _run_recorder(options.reports_dir, plan.run_id)
+
+    def tick_and_record(watch_tick: WatchTick) -> None:
+        tick(watch_tick)
+        record({"at": time.time(), **asdict(watch_tick)})
+
     leased = True
     try:
         control = link.call(
@@ -337,7 +345,7 @@ def _promote_host(
             f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
             f"{options.watch_s / 60:g} min"
         )
-        _watch(link, plan, control.generation, ack, options, keep_locks, tick)
+        _watch(link, plan, control.generation, ack, options, keep_locks, tick_and_record)
         forced = bool(plan.override)
         link.call(
             lambda st: st.set_phase(
@@ -360,10 +368,25 @@ def _promote_host(
             )
         )
     except BaseException as exc:
-        _stop(inventory, link, plan, settings, options, exc, leased)
+        try:
+            _stop(inventory, link, plan, settings, options, exc, leased)
+        except BaseException as stopped:  # _stop always raises: its message says how the host was left
+            record({"at": time.time(), "host": link.name, "outcome": "stopped",
+                    "reason": (str(stopped) or type(stopped).__name__).splitlines()[0]})
+            raise
+    record({"at": time.time(), "host": link.name, "outcome": "promoted", "reason": "watch passed"})
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
     detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
     return HostPromotion(link.name, "promoted", detail)
+
+
+def _run_recorder(reports_dir: str | None, run_id: str | None) -> Callable[[dict], None]:
+    """Appends to the local store of shadow run `run_id` (its report then covers the watch too); does nothing
+    where that run is not kept on this machine."""
+    store = RunStore(reports_dir, run_id) if run_id else None
+    if store is None or not store.run_file.exists():
+        return lambda record: None
+    return store.append_promote
 
 
 def unchecked_watch_checks(base: dict) -> str:

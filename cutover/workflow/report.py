@@ -1,6 +1,7 @@
 """`cutover report`: Markdown + JSON + PNG plots of one shadow run, written into reports/<run_id>/.
 
-Everything comes from the local run store (run.json, verdict.json, the run's stats records). Plots need
+Everything comes from the local run store (run.json, verdict.json, the run's stats records, and promote.jsonl: the
+watch of a `cutover promote` that relied on this run, run from the same reports directory). Plots need
 matplotlib (the `report` extra); without it the Markdown and JSON are still written and say why no plots.
 """
 
@@ -167,7 +168,38 @@ def _baseline_rows(baseline: dict) -> list[str]:
     return lines
 
 
-def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, files: ReportFiles, skipped: int) -> str:
+def _promote_watch(records: list[dict]) -> dict[str, dict]:
+    """Per host, the promote watch recorded beside this run: its probes and how it ended."""
+    watches: dict[str, dict] = {}
+    for record in records:
+        watch = watches.setdefault(record["host"], {"ticks": [], "outcome": "watch cut off", "reason": ""})
+        if "outcome" in record:
+            watch.update(outcome=record["outcome"], reason=record["reason"])
+        else:
+            watch["ticks"].append(record)
+    return watches
+
+
+def _promote_rows(watches: dict[str, dict]) -> list[str]:
+    """The promote watch beside the shadow run: verify steps/s in shadow (the baseline) and after the flip."""
+    lines = ["", "## Promote watch (after this run passed)", "",
+             "| host | outcome | watched | verify steps/s in shadow | after the flip (last) | rollback below | "
+             "new errors | new non-finite |", "|---|---|---|---|---|---|---|---|"]
+    for host, watch in sorted(watches.items()):
+        ticks = watch["ticks"]
+        last = ticks[-1] if ticks else {}
+        rated = [t["verify_rate"] for t in ticks if t.get("verify_rate") is not None]
+        base = last.get("base_verify_rate")
+        floor = base * last["min_verify_rate_ratio"] if base else None
+        outcome = watch["outcome"] + (f": {watch['reason']}" if watch["reason"] else "")
+        lines.append(f"| {host} | {outcome} | {last.get('elapsed_s', 0):.0f} of {last.get('watch_s', 0):.0f} s | "
+                     f"{_fmt(base)} | {_fmt(rated[-1] if rated else None)} | {_fmt(floor)} | "
+                     f"{_fmt(last.get('new_errors'))} | {_fmt(last.get('new_nonfinite'))} |")
+    return lines
+
+
+def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, files: ReportFiles, skipped: int,
+              watches: dict[str, dict]) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
     sandbox = _sandbox_label(meta)
     lines = [
@@ -215,12 +247,15 @@ def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, file
     if verdict and verdict.baseline:
         lines += ["", "## Server baseline during shadow (promote compares against it)", ""]
         lines += _baseline_rows(verdict.baseline)
+    if watches:
+        lines += _promote_rows(watches)
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.relative_to(files.markdown.parent)})" for p in files.plots] or [f"_{files.plot_note}_"]
     return "\n".join(lines) + "\n"
 
 
-def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: StatsSummary) -> list[Path]:
+def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: StatsSummary,
+          watches: dict[str, dict]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,7 +285,7 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
     ax.axhline(policy.rel_l2_p99, color="black", linestyle="--", label=f"p99 gate {policy.rel_l2_p99:g}")
     ax.axhline(policy.rel_l2_max, color="black", linestyle=":", label=f"max gate {policy.rel_l2_max:g}")
     ax.set(xlabel="seconds since start", ylabel="rel-L2 p99 per interval (upper bound)", ylim=(0, None))
-    ax.legend(fontsize="small", loc="center right")
+    _legend(ax, "center right")
     paths.append(_save(fig, directory / "divergence.png"))
 
     fig, ax = figure((6, 5.5), "Truth anchor samples")
@@ -260,7 +295,7 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
     top = max(stock, default=0.0) or 1e-3
     ax.plot([0, top], [policy.truth_anchor_floor, policy.truth_anchor_k * top + policy.truth_anchor_floor],
             color="red", label=f"limit: {policy.truth_anchor_k} x Triton + {policy.truth_anchor_floor:g}")
-    ax.legend(fontsize="small")
+    _legend(ax, "best")
     ax.set(xlabel="Triton error vs float64", ylabel="custom error vs float64", xlim=(0, None), ylim=(0, None))
     if not stock:
         ax.text(0.5, 0.5, "no float64-anchored sample in this run", transform=ax.transAxes, ha="center")
@@ -273,9 +308,33 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
         ax.axhline(rank_share(policy, ranks), color="red", linestyle="--",
                    label=f"minimum per rank ({policy.min_compared_calls} per host / {ranks} ranks)")
     ax.set(xlabel="seconds since start", ylabel="calls compared", ylim=(0, None))
-    ax.legend(fontsize="small", loc="lower right")
+    _legend(ax, "lower right")
     paths.append(_save(fig, directory / "compared.png"))
+    if watches:
+        paths.append(_plot_promote(figure, directory, watches))
     return paths
+
+
+def _plot_promote(figure, directory: Path, watches: dict[str, dict]) -> Path:
+    """Verify steps/s after the flip, per host, against its shadow baseline and the rollback floor."""
+    fig, ax = figure((9, 4), "Promote watch: verify steps/s after the flip against the shadow baseline")
+    for host, watch in sorted(watches.items()):
+        rated = [t for t in watch["ticks"] if t.get("verify_rate") is not None]
+        line, = ax.plot([t["elapsed_s"] for t in rated], [t["verify_rate"] for t in rated],
+                        label=f"{host} ({watch['outcome']})")
+        base = watch["ticks"][-1].get("base_verify_rate") if watch["ticks"] else None
+        if base:
+            ax.axhline(base, color=line.get_color(), linestyle="--", label=f"{host} shadow baseline {base:.3g}")
+            floor = base * watch["ticks"][-1]["min_verify_rate_ratio"]
+            ax.axhline(floor, color=line.get_color(), linestyle=":", label=f"{host} rollback below {floor:.3g}")
+    ax.set(xlabel="seconds since the flip", ylabel="verify steps/s", ylim=(0, None))
+    _legend(ax, "lower right")
+    return _save(fig, directory / "promote_watch.png")
+
+
+def _legend(ax, where: str) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc=where)
 
 
 def _save(fig, path: Path) -> Path:
@@ -293,6 +352,7 @@ def write_report(store: RunStore) -> ReportFiles:
     verdict = store.load_verdict()
     summary, series = _summarise(store, meta)
     rows = _layer_rows(summary)
+    watches = _promote_watch(store.promote_records())
     files = ReportFiles(markdown=store.dir / "report.md", json=store.dir / "report.json")
     try:
         import matplotlib  # noqa: F401
@@ -301,17 +361,19 @@ def write_report(store: RunStore) -> ReportFiles:
     else:
         plots_dir = store.dir / "plots"
         plots_dir.mkdir(parents=True, exist_ok=True)
-        files.plots = _plot(plots_dir, series, rows, meta, summary)
+        files.plots = _plot(plots_dir, series, rows, meta, summary, watches)
     document = {
         "run": meta,
         "verdict": json.loads(verdict.to_json()) if verdict else None,
         "totals": summary.totals(),
         "layers": rows,
         "series": series,  # the plots' data: seconds since the start on the operator's clock
+        "promote_watch": watches,  # per host: each probe of the watch after this run passed, and its outcome
         "plots": [str(p) for p in files.plots],
         "plot_note": files.plot_note,
         "unreadable_stats_lines": store.unreadable_lines,
     }
     atomic_write_text(str(files.json), jsonout.dumps(document, indent=2, sort_keys=True))
-    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, summary, files, store.unreadable_lines))
+    atomic_write_text(str(files.markdown),
+                      _markdown(meta, verdict, rows, summary, files, store.unreadable_lines, watches))
     return files

@@ -99,6 +99,21 @@ class RunStore:
                         else:
                             yield host_dir.name, record
 
+    @property
+    def promote_file(self) -> Path:
+        return self.dir / "promote.jsonl"
+
+    def append_promote(self, record: dict) -> None:
+        """One probe or the outcome of a promote watch that relied on this run's verdict."""
+        append_jsonl(str(self.promote_file), record)
+
+    def promote_records(self) -> list[dict]:
+        """The promote watch's records of this run (none when no promote ran from this machine)."""
+        if not self.promote_file.exists():
+            return []
+        with open(self.promote_file, errors="replace") as lines:
+            return [record for record in map(_json_object, lines) if record is not None]
+
     def save_verdict(self, record: VerdictRecord) -> None:
         atomic_write_text(str(self.verdict_file), record.to_json())
 

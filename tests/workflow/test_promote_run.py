@@ -17,6 +17,8 @@ from cutover.errors import GateFailedError, PhaseError
 from cutover.hostprotocol.hostlayout import read_heartbeat
 from cutover.workflow.observe import HostLink
 from cutover.workflow.promote import PromoteOptions, plan_promotion, run_promote, unchecked_watch_checks
+from cutover.workflow.report import write_report
+from cutover.workflow.runstore import RunStore, run_meta
 
 from .hostfiles import local_host, write_control, write_phase, write_verdict
 from .serving import LocalServer
@@ -163,7 +165,10 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
         inventory.write_text(yaml.safe_dump({"all": {"hosts": {"h1": served}}}))
         policy = tmp_path / "policy.yml"
         policy.write_text("promote:\n  probe_interval_s: 0.5\n")
-        result = cli("promote", "-i", inventory, "--policy", policy, "--watch-minutes", "0.05", "--lease-ttl", "6")
+        store = RunStore(tmp_path / "reports", RUN)  # the shadow run, kept on this machine
+        store.save_run(run_meta(RUN, "rel-a", {"h1": 1}, time.time() - 60, load_policy(), 1, ["reference (no GPU)"]))
+        result = cli("promote", "-i", inventory, "--policy", policy, "--watch-minutes", "0.05", "--lease-ttl", "6",
+                     "--reports-dir", tmp_path / "reports")
     finally:
         front.stop()
         server.stop()
@@ -180,3 +185,10 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
     assert all(rated), ticks
     assert all(float(match.group(1)) > 0 for match in rated)
     assert "h1: promoted (custom, leaseless) with release rel-a" in result.stdout
+
+    report = write_report(store)  # the shadow run's report covers the watch that relied on it
+    text = report.markdown.read_text()
+    assert "## Promote watch (after this run passed)" in text
+    row = r"\| h1 \| promoted: watch passed \| 3 of 3 s \| 0\.01 \| \d+(\.\d+)? \| 0\.005 \| 0 \| 0 \|"
+    assert re.search(row, text), text
+    assert "promote_watch.png" in {path.name for path in report.plots}
