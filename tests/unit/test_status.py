@@ -224,20 +224,26 @@ def test_custom_mode_with_nothing_compared_shows_no_divergence_figures(invoke, l
     assert rank1[7:9] == ["2.00e-03", "1.00e-02"]
 
 
-def test_a_lock_whose_holder_died_says_so_with_the_fix(invoke, local_inventory, state_dir):
+def write_lock_of_a_dead_holder(state_dir) -> int:
+    """bob's lock on this machine, held by a cutover process that has ended; returns that pid."""
     dead = subprocess.Popen(["true"])
     dead.wait()
     state_dir.mkdir()
     (state_dir / "lock").write_text(json.dumps({
         "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 600.4,
         "token": "bobs", "pid": dead.pid, "client": socket.gethostname()}))
+    return dead.pid
+
+
+def test_a_lock_whose_holder_died_says_so_with_the_fix(invoke, local_inventory, state_dir):
+    dead_pid = write_lock_of_a_dead_holder(state_dir)
 
     lock = host_status(invoke, local_inventory)["lock"]
     assert lock["holder_gone"] is True
-    assert lock["description"].endswith(f"pid {dead.pid} on {socket.gethostname()} - that process is gone)")
+    assert lock["description"].endswith(f"pid {dead_pid} on {socket.gethostname()} - that process is gone)")
     table = status_table(invoke, local_inventory)
     note = next(line for line in table.splitlines() if "no longer running" in line)
-    assert note.startswith(f"host local: the lock's holder (pid {dead.pid} on {socket.gethostname()}) is no longer "
+    assert note.startswith(f"host local: the lock's holder (pid {dead_pid} on {socket.gethostname()}) is no longer "
                            "running: that cutover ended without releasing the lock. Fix: bob@elsewhere's next cutover "
                            "command takes it over; anyone else waits until it expires in ")
     assert note.endswith(" s (`cutover rollback` is never blocked)")
@@ -317,15 +323,10 @@ def test_status_watch_follows_until_ctrl_c_and_exits_0(tmp_path, local_inventory
 
 
 def test_taking_a_lock_whose_holder_died_says_who_can_take_it_over(local_inventory, state_dir):
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    state_dir.mkdir()
-    (state_dir / "lock").write_text(json.dumps({
-        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 600,
-        "token": "bobs", "pid": dead.pid, "client": socket.gethostname()}))
+    dead_pid = write_lock_of_a_dead_holder(state_dir)
     with pytest.raises(LockHeldError) as refused:
         make_state(local_inventory).acquire_lock("stage")
-    assert refused.value.message.endswith(f"pid {dead.pid} on {socket.gethostname()} - that process is gone)")
+    assert refused.value.message.endswith(f"pid {dead_pid} on {socket.gethostname()} - that process is gone)")
     assert refused.value.hint.startswith("its holder ended without releasing it: bob@elsewhere's next cutover command "
                                          "takes it over; the lock expires at ")
     taken = make_state(local_inventory, operator="bob@elsewhere").acquire_lock("stage")
