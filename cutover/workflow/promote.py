@@ -317,6 +317,10 @@ def _promote_host(
     if unchecked:
         say(f"{link.name}: {unchecked}")
     record = _run_recorder(options.reports_dir, plan.run_id)
+    triton_rate = triton_verify_rate(link.host, options.policy)
+    say(f"{link.name}: verify steps/s on Triton before the flip: {_rate(triton_rate)} (shadow baseline "
+        f"{_rate(plan.baseline.get('verify_rate'))})")
+    record({"at": time.time(), "host": link.name, "triton_verify_rate": triton_rate})
 
     def tick_and_record(watch_tick: WatchTick) -> None:
         tick(watch_tick)
@@ -378,6 +382,25 @@ def _promote_host(
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
     detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
     return HostPromotion(link.name, "promoted", detail)
+
+
+PRE_FLIP_PROBES = 3  # probes of the host on Triton right before its flip: what the flip is measured against
+
+
+def triton_verify_rate(host: Host, policy: Policy) -> float | None:
+    """Verify steps/s of the host on Triton right before its flip, over PRE_FLIP_PROBES probes (None when the
+    server does not answer or count them)."""
+    session = requests.Session()
+    samples = []
+    for index in range(PRE_FLIP_PROBES):
+        if index:
+            time.sleep(policy.promote.probe_interval_s)
+        samples.append(probe(host, session))
+    return _verify_rate([s for s in samples if s.healthy])
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _run_recorder(reports_dir: str | None, run_id: str | None) -> Callable[[dict], None]:

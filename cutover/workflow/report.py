@@ -172,19 +172,23 @@ def _promote_watch(records: list[dict]) -> dict[str, dict]:
     """Per host, the promote watch recorded beside this run: its probes and how it ended."""
     watches: dict[str, dict] = {}
     for record in records:
-        watch = watches.setdefault(record["host"], {"ticks": [], "outcome": "watch cut off", "reason": ""})
+        watch = watches.setdefault(record["host"], {"ticks": [], "outcome": "watch cut off", "reason": "",
+                                                    "triton_verify_rate": None})
         if "outcome" in record:
             watch.update(outcome=record["outcome"], reason=record["reason"])
+        elif "triton_verify_rate" in record:
+            watch["triton_verify_rate"] = record["triton_verify_rate"]
         else:
             watch["ticks"].append(record)
     return watches
 
 
 def _promote_rows(watches: dict[str, dict]) -> list[str]:
-    """The promote watch beside the shadow run: verify steps/s in shadow (the baseline) and after the flip."""
+    """The promote watch beside the shadow run: verify steps/s on Triton right before the flip, in shadow (the
+    baseline) and after the flip."""
     lines = ["", "## Promote watch (after this run passed)", "",
-             "| host | outcome | watched | verify steps/s in shadow | after the flip (last) | rollback below | "
-             "new errors | new non-finite |", "|---|---|---|---|---|---|---|---|"]
+             "| host | outcome | watched | verify steps/s on Triton (before the flip) | in shadow | after the flip "
+             "(last) | rollback below | new errors | new non-finite |", "|---|---|---|---|---|---|---|---|---|"]
     for host, watch in sorted(watches.items()):
         ticks = watch["ticks"]
         last = ticks[-1] if ticks else {}
@@ -193,7 +197,8 @@ def _promote_rows(watches: dict[str, dict]) -> list[str]:
         floor = base * last["min_verify_rate_ratio"] if base else None
         outcome = watch["outcome"] + (f": {watch['reason']}" if watch["reason"] else "")
         lines.append(f"| {host} | {outcome} | {last.get('elapsed_s', 0):.0f} of {last.get('watch_s', 0):.0f} s | "
-                     f"{_fmt(base)} | {_fmt(rated[-1] if rated else None)} | {_fmt(floor)} | "
+                     f"{_fmt(watch['triton_verify_rate'])} | {_fmt(base)} | {_fmt(rated[-1] if rated else None)} | "
+                     f"{_fmt(floor)} | "
                      f"{_fmt(last.get('new_errors'))} | {_fmt(last.get('new_nonfinite'))} |")
     return lines
 
@@ -316,8 +321,9 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
 
 
 def _plot_promote(figure, directory: Path, watches: dict[str, dict]) -> Path:
-    """Verify steps/s after the flip, per host, against its shadow baseline and the rollback floor."""
-    fig, ax = figure((9, 4), "Promote watch: verify steps/s after the flip against the shadow baseline")
+    """Verify steps/s after the flip, per host, against its shadow baseline, the rollback floor and its rate on
+    Triton right before the flip."""
+    fig, ax = figure((9, 4), "Promote watch: verify steps/s after the flip, on Triton before it, in shadow")
     for host, watch in sorted(watches.items()):
         rated = [t for t in watch["ticks"] if t.get("verify_rate") is not None]
         line, = ax.plot([t["elapsed_s"] for t in rated], [t["verify_rate"] for t in rated],
@@ -327,6 +333,9 @@ def _plot_promote(figure, directory: Path, watches: dict[str, dict]) -> Path:
             ax.axhline(base, color=line.get_color(), linestyle="--", label=f"{host} shadow baseline {base:.3g}")
             floor = base * watch["ticks"][-1]["min_verify_rate_ratio"]
             ax.axhline(floor, color=line.get_color(), linestyle=":", label=f"{host} rollback below {floor:.3g}")
+        if watch["triton_verify_rate"]:
+            ax.axhline(watch["triton_verify_rate"], color=line.get_color(), linestyle="-.",
+                       label=f"{host} on Triton before the flip {watch['triton_verify_rate']:.3g}")
     ax.set(xlabel="seconds since the flip", ylabel="verify steps/s", ylim=(0, None))
     _legend(ax, "lower right")
     return _save(fig, directory / "promote_watch.png")

@@ -185,10 +185,14 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
     assert all(rated), ticks
     assert all(float(match.group(1)) > 0 for match in rated)
     assert "h1: promoted (custom, leaseless) with release rel-a" in result.stdout
+    before = re.search(r"^h1: verify steps/s on Triton before the flip: (\d+\.\d\d) \(shadow baseline 0\.01\)$",
+                       result.stdout, re.MULTILINE)
+    assert before and float(before.group(1)) > 0, result.stdout
 
     report = write_report(store)  # the shadow run's report covers the watch that relied on it
     text = report.markdown.read_text()
     assert "## Promote watch (after this run passed)" in text
-    row = r"\| h1 \| promoted: watch passed \| 3 of 3 s \| 0\.01 \| \d+(\.\d+)? \| 0\.005 \| 0 \| 0 \|"
+    row = (r"\| h1 \| promoted: watch passed \| 3 of 3 s \| (\d+(\.\d+)?) \| 0\.01 \| \d+(\.\d+)? \| 0\.005 \| 0 "
+           r"\| 0 \|")
     assert re.search(row, text), text
     assert "promote_watch.png" in {path.name for path in report.plots}
