@@ -31,6 +31,9 @@ class RelL2:
     def rel_l2_p99(self) -> float | None:
         return hist_quantile(self.rel_l2_hist, 0.99, self.rel_l2_max)
 
+    def rel_l2_p99_bounds(self) -> tuple[float, float] | None:
+        return hist_quantile_bounds(self.rel_l2_hist, 0.99, self.rel_l2_max)
+
     def fold(self, data: LayerRecord) -> bool:
         """Add one record's entry for the layer; True when it holds a new maximum."""
         self.compared += data.compared
@@ -61,6 +64,14 @@ class LayerStats(RelL2):
 def hist_quantile(hist: list[int], q: float, observed_max: float) -> float | None:
     """Upper bound of the q-quantile of a REL_L2_BIN_EDGES histogram: the upper edge of the bucket that holds
     it, capped by the largest value observed. None for an empty histogram."""
+    bounds = hist_quantile_bounds(hist, q, observed_max)
+    return None if bounds is None else bounds[1]
+
+
+def hist_quantile_bounds(hist: list[int], q: float, observed_max: float) -> tuple[float, float] | None:
+    """Where the q-quantile of a REL_L2_BIN_EDGES histogram lies: the edges of the bucket that holds it, the upper
+    one capped by the largest value observed (4 buckets a decade: the quantile is known to within a factor of
+    1.78; when the top values share the maximum's bucket the upper bound is the maximum). None when empty."""
     total = sum(hist)
     if total == 0:
         return None
@@ -69,9 +80,10 @@ def hist_quantile(hist: list[int], q: float, observed_max: float) -> float | Non
     for index, count in enumerate(hist):
         running += count
         if running >= needed:
+            lower = REL_L2_BIN_EDGES[index - 1] if index > 0 else 0.0
             upper = REL_L2_BIN_EDGES[index] if index < len(REL_L2_BIN_EDGES) else math.inf
-            return min(upper, observed_max)
-    return observed_max
+            return min(lower, observed_max), min(upper, observed_max)
+    return observed_max, observed_max
 
 
 def _layer_sort_key(name: str) -> tuple:
@@ -346,11 +358,9 @@ def _volume_gates(policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankO
                 )
             )
             continue
-        share = math.ceil(policy.min_compared_calls / len(rank_ids))
+        share = rank_share(policy, len(rank_ids))
         for rank in rank_ids:
-            counts = summary.rank_compared.get((host, rank), {})
-            name, count = min(((name, counts.get(name, 0)) for name, _ in summary.sorted_layers()),
-                              key=lambda item: item[1])
+            name, count = _slowest_layer(summary, host, rank)
             if count < share:
                 failed.append(
                     GateResult(
@@ -364,6 +374,42 @@ def _volume_gates(policy: ShadowPolicy, summary: StatsSummary, ranks: list[RankO
                     )
                 )
     return failed
+
+
+def rank_share(policy: ShadowPolicy, ranks: int) -> int:
+    """The compared calls each of a host's `ranks` ranks must carry in every layer."""
+    return math.ceil(policy.min_compared_calls / ranks)
+
+
+def _slowest_layer(summary: StatsSummary, host: str, rank: int) -> tuple[str | None, int]:
+    """The layer in which `rank` of `host` compared the fewest calls, and that count."""
+    counts = summary.rank_compared.get((host, rank), {})
+    return min(((name, counts.get(name, 0)) for name, _ in summary.sorted_layers()), key=lambda item: item[1],
+               default=(None, 0))
+
+
+def compared_progress(policy: ShadowPolicy, summary: StatsSummary,
+                      ranks: list[RankObservation]) -> dict[str, tuple[int, int]]:
+    """Per host: the fewest calls any of its ranks compared in any layer, and the per-rank share the volume gate
+    needs at the end, for progress lines."""
+    return {host: (min(_slowest_layer(summary, host, rank)[1] for rank in rank_ids), rank_share(policy, len(rank_ids)))
+            for host, rank_ids in _ranks_by_host(ranks).items()}
+
+
+def gauges(policy: ShadowPolicy, summary: StatsSummary) -> list[tuple[str, float | None, float]]:
+    """Each divergence gate's observed value beside its threshold (None: nothing observed yet), for progress
+    lines; the truth anchor as the worst sample's error over its allowed error (the gate: <= 1)."""
+    layers = list(summary.layers.values())
+    p99s = [value for layer in layers for share in layer.hosts.values() if (value := share.rel_l2_p99()) is not None]
+    ratios = [layer.truth_worst["ratio"] for layer in layers if layer.truth_worst]
+    totals = summary.totals()
+    return [
+        ("rel-L2 p99", max(p99s, key=_rank_value, default=None), policy.rel_l2_p99),
+        ("rel-L2 max", totals["worst_rel_l2"], policy.rel_l2_max),
+        ("max abs", totals["max_abs"] if layers else None, policy.max_abs),
+        ("non-finite", totals["nonfinite_custom"] + totals["nonfinite_stock"], policy.max_nonfinite),
+        ("truth error/allowed", max(ratios, key=_rank_value, default=None), 1.0),
+    ]
 
 
 def _ranks_by_host(ranks: list[RankObservation]) -> dict[str, list[int]]:

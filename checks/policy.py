@@ -163,15 +163,35 @@ def _validated_values(path: Path) -> tuple[str | None, dict[str, dict]]:
     return scope, values
 
 
+def packaged_policies() -> list[str]:
+    """The names of the policies shipped in the package (checks/policies/<name>.yml)."""
+    return sorted(p.stem for p in DEFAULT_POLICY_PATH.parent.glob("*.yml"))
+
+
+def resolve_policy_path(given: str | Path) -> Path:
+    """The policy file `given` names: an existing file as given, else the packaged policy of that name (`sandbox`,
+    `sandbox.yml` or `checks/policies/sandbox.yml` from an installed package with no repository around)."""
+    path = Path(given).expanduser()
+    if path.exists():
+        return path
+    packaged = DEFAULT_POLICY_PATH.parent / (path.name if path.suffix == ".yml" else f"{path.name}.yml")
+    if path.parent.name in ("policies", "") and packaged.exists():
+        return packaged
+    raise ConfigError(f"policy {given}: file not found", hint="pass an existing file to --policy, or a packaged "
+                      f"policy: {', '.join(packaged_policies())}")
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Load the default policy, overlaid with the scope and fields `path` sets (if given); validate the result."""
+    """Load the default policy, overlaid with the scope and fields `path` sets (if given: a file or a packaged
+    policy's name); validate the result."""
     scope, merged = _validated_values(DEFAULT_POLICY_PATH)
     prometheus = merged.pop("prometheus", None)
     source = str(DEFAULT_POLICY_PATH)
     declared = scope
     if path is not None:
-        source = str(path)
-        declared, values = _validated_values(Path(path))
+        resolved = resolve_policy_path(path)
+        source = str(path) if resolved == Path(path).expanduser() else str(resolved)
+        declared, values = _validated_values(resolved)
         scope = declared or scope
         prometheus = values.pop("prometheus", None)
         for section, body in values.items():

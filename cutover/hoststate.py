@@ -47,15 +47,11 @@ class LockRecord:
             return False
         if self.client != socket.gethostname():
             return True
-        if self.pid == os.getpid():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return self.pid != os.getpid() and _pid_running(self.pid)
+
+    def holder_gone(self) -> bool:
+        """Whether the holder was a cutover process on this machine that ended without releasing the lock."""
+        return self.client == socket.gethostname() and self.pid != os.getpid() and not _pid_running(self.pid)
 
     def expired(self, now: float) -> bool:
         """Whether the lock ran out at `now`, a time on the host's clock (HostState.now)."""
@@ -80,7 +76,19 @@ class LockRecord:
         left = self.expires_at - now
         state = f"{left:.0f} s left" if left > 0 else f"expired {-left:.0f} s ago"
         where = f", pid {self.pid} on {self.client}" if self.client else ""
-        return f"{self.owner} ({self.action}, {state}{where})"
+        gone = " - that process is gone" if self.holder_gone() else ""
+        return f"{self.owner} ({self.action}, {state}{where}{gone})"
+
+
+def _pid_running(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (one we may not signal runs too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def parse_lock(text: str) -> LockRecord:
@@ -267,11 +275,12 @@ class HostState:
                 continue
             held = parse_lock(held_text)
             if not held.expired(now) and (held.owner != mine.owner or held.running_elsewhere()):
+                expires = time.strftime('%H:%M:%S', time.localtime(held.expires_at - self.transport.clock_offset()))
                 raise LockHeldError(
                     f"host {self.host.name} is locked by {held.describe(now)}",
-                    hint=f"wait for {held.owner} to finish or ask them; the lock expires at "
-                    f"{time.strftime('%H:%M:%S', time.localtime(held.expires_at - self.transport.clock_offset()))} "
-                    "(`cutover rollback` is never blocked)",
+                    hint=(f"its holder ended without releasing it: {held.owner}'s next cutover command takes it over; "
+                          if held.holder_gone() else f"wait for {held.owner} to finish or ask them; ")
+                    + f"the lock expires at {expires} (`cutover rollback` is never blocked)",
                 )
             if held.owner == mine.owner:
                 self.transport.write_atomic(self.paths.lock, json.dumps(asdict(mine)))
@@ -460,16 +469,18 @@ def release_of(views: list[RankView]) -> str | None:
 
 
 def summarize_stats(record: StatsRecord) -> dict:
-    """Collapse one stats record to the worst values over its layers."""
+    """Collapse one stats record to the worst values over its layers; the divergence figures are None when no
+    layer compared a call (custom or triton mode: nothing was run twice)."""
     layers = record.layers.values()
+    compared = [layer for layer in layers if layer.compared > 0]
     return {
         "ts": record.ts,
         "mode": record.mode,
         "kernel": record.kernel,
         "calls": sum(layer.calls for layer in layers),
         "compared": sum(layer.compared for layer in layers),
-        "rel_l2_max": max((layer.rel_l2_max for layer in layers), default=None),
-        "max_abs": max((layer.max_abs for layer in layers), default=None),
+        "rel_l2_max": max((layer.rel_l2_max for layer in compared), default=None),
+        "max_abs": max((layer.max_abs for layer in compared), default=None),
         "nonfinite": sum(layer.nonfinite_custom + layer.nonfinite_stock for layer in layers),
     }
 

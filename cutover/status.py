@@ -17,7 +17,18 @@ def host_status(host: Host, settings: Settings) -> dict:
             state = HostState(host, transport, settings)
             return _read(host, state, transport, state.now())
     except CutoverError as err:
-        return {"host": host.name, "reachable": False, "error": str(err)}
+        return {"host": host.name, "reachable": False, "sandbox": host.serving_kind == "sandbox", "error": str(err)}
+
+
+def spent_verdict(phase: dict, verdict: dict | None) -> str | None:
+    """Why a passed verdict no longer lets `cutover promote` go ahead on the host (promote reads the phase: only
+    shadow_passed with that run promotes); None when it still does, or when it did not pass."""
+    if not verdict or verdict.get("outcome") != "passed":
+        return None
+    if phase.get("phase") in ("shadow_passed", "promoted") and phase.get("run_id") == verdict.get("run_id"):
+        return None
+    since = "rolled back since" if phase.get("phase") == "rolled_back" else f"the phase is {phase.get('phase')} now"
+    return f"{since}: promote needs a new passed shadow"
 
 
 def _read(host: Host, state: HostState, transport, now: float) -> dict:
@@ -49,9 +60,11 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
         })
     current = transport.readlink(host.paths.current)
     previous = transport.readlink(host.paths.previous)
+    verdict = state.latest_verdict()
     return {
         "host": host.name,
         "reachable": True,
+        "sandbox": host.serving_kind == "sandbox",
         "clock_offset_s": round(transport.clock_offset(), 3),
         "phase": phase,
         "phase_error": phase_error,
@@ -65,9 +78,10 @@ def _read(host: Host, state: HostState, transport, now: float) -> dict:
         "previous_release": previous.rsplit("/", 1)[-1] if previous else None,
         "serving": any(r["live"] for r in ranks),
         "ranks": ranks,
-        "lock": ({**asdict(lock), "remaining_s": round(lock.expires_at - now, 1), "description": lock.describe(now)}
-                 if lock else None),
+        "lock": ({**asdict(lock), "remaining_s": round(lock.expires_at - now, 1), "description": lock.describe(now),
+                  "holder_gone": lock.holder_gone()} if lock else None),
         "last_journal": state.last_journal_entry(),
-        "verdict": state.latest_verdict(),
+        "verdict": verdict,
+        "verdict_spent": spent_verdict(phase, verdict),
         "divergence": {str(rank): summary for rank, summary in state.recent_divergence().items()},
     }

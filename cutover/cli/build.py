@@ -22,7 +22,6 @@ def build(
                                                 help="nvcc to use (default: nvcc on PATH).")] = None,
     config_file: common.ConfigOpt = None,
     json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
 ) -> None:
     """Compile the kernel into a release directory with its manifest.
 
@@ -30,7 +29,7 @@ def build(
     minimum driver, ABI version, source-tree hash). Same sources, archs and nvcc give the same release id:
     building it again changes nothing. A failed build leaves nothing behind.
     """
-    options = common.merged(ctx, config_file=config_file, json_out=json_out, verbose=verbose)
+    options = common.merged(ctx, config_file=config_file, json_out=json_out)
     settings = common.config.load_settings(options.config)
     out_dir = out or release.releases_dir(settings.releases_dir)
     if not options.json:

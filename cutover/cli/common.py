@@ -2,17 +2,23 @@
 
 Global options are accepted before the verb (`cutover -i inv.yml stage`) and after it
 (`cutover stage -i inv.yml`); a verb declares them by taking the `*Opt` parameters below and calling
-`common.context(ctx, ...)`.
+`common.context(ctx, ...)`. What was typed, in either position, wins over $CUTOVER_INVENTORY, $CUTOVER_LIMIT
+and $CUTOVER_CONFIG; typed after the verb wins over typed before it.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.live import Live
 
 from cutover import config, jsonout
 from cutover.config import Host, Inventory, Settings
@@ -31,8 +37,23 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show Ansible'
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", envvar="CUTOVER_YES",
                                       help="Agree to restarts of the serving process without a prompt.")]
 
-console = Console()
-err_console = Console(stderr=True)
+LOG_WIDTH = 1000  # off a terminal: wide enough that no table cell is cut and no line is wrapped
+
+
+class LogWideConsole(Console):
+    """A rich Console that, off a terminal (a log, a pipe, CI) and without $COLUMNS, lays tables out at their full
+    width and leaves lines unwrapped, instead of squeezing them into 80 columns."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self.is_terminal or "COLUMNS" in os.environ:
+            return size
+        return ConsoleDimensions(LOG_WIDTH, size.height)
+
+
+console = LogWideConsole()
+err_console = LogWideConsole(stderr=True)
 
 
 @dataclass
@@ -74,16 +95,33 @@ class Context:
 
 def merged(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
            yes=False) -> Globals:
-    """Options given after the verb win over the same options given before it."""
-    base: Globals = (ctx.find_root().obj if isinstance(ctx.find_root().obj, Globals) else Globals())
+    """The verb's options: what was typed wins over the environment ($CUTOVER_INVENTORY, $CUTOVER_LIMIT,
+    $CUTOVER_CONFIG) in either position, and typed after the verb wins over typed before it."""
+    root = ctx.find_root()
+    base: Globals = root.obj if isinstance(root.obj, Globals) else Globals()
     return Globals(
-        inventory=inventory or base.inventory,
-        limit=limit or base.limit,
-        config=config_file or base.config,
+        inventory=_typed_first(ctx, root, "inventory", inventory, base.inventory),
+        limit=_typed_first(ctx, root, "limit", limit, base.limit),
+        config=_typed_first(ctx, root, "config_file", config_file, base.config),
         json=json_out or base.json,
         verbose=verbose or base.verbose,
         yes=yes or base.yes,
     )
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` was typed on the command line of `ctx` (not taken from the environment)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"  # by name: typer may vendor its own click
+
+
+def _typed_first(ctx: typer.Context, root: typer.Context, name: str, verb_value, root_value):
+    """Typed after the verb, else typed before it, else the environment's (the same variable feeds both)."""
+    if _typed(ctx, name):
+        return verb_value
+    if ctx is not root and _typed(root, name):
+        return root_value
+    return verb_value or root_value
 
 
 def context(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
@@ -100,6 +138,25 @@ class _Stdout:
     document and reports the error on stderr)."""
 
     json_written = False
+
+
+@contextmanager
+def live_view(c: Context, plain_every_s: float):
+    """Yields show(renderable, line) for a long verb's progress: `renderable` redrawn in place on a terminal; off
+    one (a log, CI; on stderr under --json) `line`, unwrapped, at most once every `plain_every_s`."""
+    if not c.options.json and sys.stdout.isatty():
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            yield lambda renderable, line: live.update(renderable)
+        return
+    out = err_console if c.options.json else console
+    last = [-math.inf]
+
+    def show(renderable, line: str) -> None:
+        if time.monotonic() - last[0] >= plain_every_s:
+            last[0] = time.monotonic()
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    yield show
 
 
 def print_json(document) -> None:

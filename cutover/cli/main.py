@@ -80,7 +80,7 @@ app = typer.Typer(
     name="cutover",
     help="Take a custom CUDA attention kernel from benchmark to live SGLang traffic, safely.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

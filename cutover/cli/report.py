@@ -14,7 +14,7 @@ from cutover.workflow.runstore import RunStore, latest_run_id
 
 def report(
     ctx: typer.Context,
-    run: Annotated[Optional[str], typer.Argument(help="Shadow run id [default: the newest run].")] = None,
+    run: Annotated[Optional[str], typer.Argument(help="Shadow run id (default: the newest run).")] = None,
     reports_dir: ReportsOpt = None,
     json_out: common.JsonOpt = False,
 ) -> None:

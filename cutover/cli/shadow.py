@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
-import time
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Group
-from rich.live import Live
 from rich.table import Table
 
 from checks.policy import Policy, load_policy, refuse_out_of_scope
@@ -29,7 +26,8 @@ PolicyOpt = Annotated[
         "--policy",
         envvar="CUTOVER_POLICY",
         show_default=False,
-        help="Gate policy YAML; fields it sets override checks/policies/default.yml.",
+        help="Gate policy: a YAML file, or a packaged policy's name (default, sandbox); the fields it sets "
+        "override the packaged default policy.",
     ),
 ]
 ReportsOpt = Annotated[
@@ -38,9 +36,11 @@ ReportsOpt = Annotated[
         "--reports-dir",
         envvar=REPORTS_DIR_ENV,
         show_default=False,
-        help="Where runs and reports are kept locally [default: ./reports].",
+        help="Where runs and reports are kept locally (default: ./reports).",
     ),
 ]
+
+
 def finite(value: float | None) -> float | None:
     """Option callback: refuse nan and infinities (a range check lets nan through)."""
     if value is not None and not math.isfinite(value):
@@ -94,6 +94,28 @@ def _headline(p: Progress) -> str:
     )
 
 
+def _observed(value) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.3g}"
+
+
+def _gates_line(p: Progress) -> str:
+    """Each gate's observed value against its threshold; each host's slowest rank and layer against the compared
+    calls it must reach; each host's lease."""
+    gates = " | ".join(f"{name} {_observed(seen)} (gate {limit:g})" for name, seen, limit in p.gauges)
+    compared = ", ".join(f"{host} {count}/{share} ({min(100, 100 * count // share)}%)"
+                         for host, (count, share) in p.compared.items())
+    leases = ", ".join(f"{host} {left:.0f} s" for host, left in p.leases_left_s.items())
+    return (f"gates: {gates} | compared per rank, slowest layer, against the minimum: {compared} | "
+            f"lease left: {leases}")
+
+
+def _plain(p: Progress) -> str:
+    """The progress on one line, for logs."""
+    return f"{_headline(p)} | {_gates_line(p)}"
+
+
 def _render(p: Progress) -> Group:
     table = Table("host", "rank", "mode", "heartbeat age", "restarts", "note")
     for rank in p.ranks:
@@ -106,7 +128,7 @@ def _render(p: Progress) -> Group:
             str(rank.restarts),
             p.host_errors.get(rank.host) or rank.reason,
         )
-    parts = [_headline(p), table]
+    parts = [_headline(p), _gates_line(p), table]
     if p.load:
         parts.append(
             "load: "
@@ -187,22 +209,9 @@ def shadow(
         f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "
         f"{options.policy.source} (lease {lease_ttl:g} s)"
     )
-    if not c.options.json and sys.stdout.isatty():
-        with Live(console=common.console, refresh_per_second=2, transient=False) as live:
-            outcome = run_shadow(
-                c.inventory, c.hosts, c.settings, options, on_progress=lambda p: live.update(_render(p))
-            )
-    else:
-        out = common.err_console if c.options.json else common.console
-        last = [0.0]
-
-        def plain(p: Progress) -> None:
-            """One unwrapped line every PLAIN_PROGRESS_EVERY_S (logs, CI, --json on stderr)."""
-            if time.monotonic() - last[0] >= PLAIN_PROGRESS_EVERY_S:
-                last[0] = time.monotonic()
-                out.print(_headline(p), highlight=False, soft_wrap=True)
-
-        outcome = run_shadow(c.inventory, c.hosts, c.settings, options, on_progress=plain)
+    with common.live_view(c, PLAIN_PROGRESS_EVERY_S) as show:
+        outcome = run_shadow(c.inventory, c.hosts, c.settings, options,
+                             on_progress=lambda p: show(_render(p), _plain(p)))
     record = outcome.record
     if c.options.json:
         common.print_json(

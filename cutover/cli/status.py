@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
+from typing import Annotated
 
 import typer
+from rich.console import Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
+from cutover import jsonout
 from cutover.status import host_status
 from cutover.cli import common
 from cutover.errors import HostError
@@ -34,11 +40,18 @@ def _journal(entry) -> str:
     return f"{when} {entry.get('action')} by {entry.get('actor')}"
 
 
-def _verdict(verdict) -> str:
-    """The run's outcome (passed, failed, aborted), its run id and release."""
+def _verdict(status: dict) -> str:
+    """The run's outcome (passed, failed, aborted), its run id and release; "(spent)" when a passed run no longer
+    lets promote go ahead (a note under the table says why)."""
+    verdict = status["verdict"]
     if not verdict:
         return "-"
-    return " ".join(str(verdict[k]) for k in ("outcome", "run_id", "release_id") if verdict.get(k))
+    text = " ".join(str(verdict[k]) for k in ("outcome", "run_id", "release_id") if verdict.get(k))
+    return text + (" (spent)" if status.get("verdict_spent") else "")
+
+
+def _host(status: dict) -> str:
+    return status["host"] + (" (SANDBOX)" if status.get("sandbox") else "")
 
 
 def _hosts_table(statuses: list[dict]) -> Table:
@@ -46,7 +59,7 @@ def _hosts_table(statuses: list[dict]) -> Table:
                   "last journal", "verdict", title="cutover status")
     for s in statuses:
         if not s["reachable"]:
-            table.add_row(s["host"], "[red]unreachable[/red]", "-", s["error"].splitlines()[0], "", "", "", "", "")
+            table.add_row(_host(s), "[red]unreachable[/red]", "-", s["error"].splitlines()[0], "", "", "", "", "")
             continue
         modes = sorted({r["mode_active"] for r in s["ranks"] if r["live"]})
         live = sum(r["live"] for r in s["ranks"])
@@ -55,9 +68,8 @@ def _hosts_table(statuses: list[dict]) -> Table:
                      else s["control_error"] or "no control file")
         if s["effective_mode"] and s["effective_mode"] != s["requested_mode"]:
             requested += f" -> {s['effective_mode']} (lease expired)"
-        table.add_row(s["host"], s["phase"]["phase"], requested, active, s["current_release"] or "-", _lease(s),
-                      s["lock"]["description"] if s["lock"] else "free", _journal(s["last_journal"]),
-                      _verdict(s["verdict"]))
+        table.add_row(_host(s), s["phase"]["phase"], requested, active, s["current_release"] or "-", _lease(s),
+                      s["lock"]["description"] if s["lock"] else "free", _journal(s["last_journal"]), _verdict(s))
     return table
 
 
@@ -80,9 +92,22 @@ def _ranks_table(statuses: list[dict]) -> Table:
     return table
 
 
-def _phase_notes(statuses: list[dict]) -> list[str]:
-    """Why a host's phase shows as unknown (its phase.json could not be read)."""
-    return [s["phase_error"] for s in statuses if s.get("phase_error")]
+def _host_notes(statuses: list[dict]) -> list[str]:
+    """Why a host's phase shows as unknown (its phase.json could not be read), why a passed verdict is spent, and
+    a lock whose holder died, with what to do."""
+    notes = []
+    for s in statuses:
+        if s.get("phase_error"):
+            notes.append(s["phase_error"])
+        if s.get("verdict_spent"):
+            notes.append(f"host {s['host']}: shadow run {s['verdict']['run_id']} passed, but {s['verdict_spent']}")
+        lock = s.get("lock")
+        if lock and lock["holder_gone"] and lock["remaining_s"] > 0:
+            notes.append(f"host {s['host']}: the lock's holder (pid {lock['pid']} on {lock['client']}) is no longer "
+                         f"running: that cutover ended without releasing the lock. Fix: {lock['owner']}'s next "
+                         f"cutover command takes it over; anyone else waits until it expires in "
+                         f"{lock['remaining_s']:.0f} s (`cutover rollback` is never blocked)")
+    return notes
 
 
 def _rank_notes(statuses: list[dict]) -> list[str]:
@@ -127,13 +152,68 @@ def _clock_notes(statuses: list[dict]) -> list[str]:
     return notes
 
 
-def _print_notes(notes: list[str]) -> None:
-    for note in notes:
-        common.console.print(note, markup=False, highlight=False, soft_wrap=True)  # one line each, for grep
+def _divergence(status: dict) -> str:
+    """Calls compared and the worst relative L2 over the host's ranks' latest stats ("-" when none compared)."""
+    summaries = status.get("divergence", {}).values()
+    compared = sum(d.get("compared") or 0 for d in summaries)
+    worst = max((d["rel_l2_max"] for d in summaries if d.get("rel_l2_max") is not None), default=None)
+    return f"compared {compared}, rel L2 max {'-' if worst is None else f'{worst:.2e}'}"
+
+
+def plain_line(status: dict) -> str:
+    """One host on one unwrapped line, for logs (`status --watch` off a terminal)."""
+    stamp = time.strftime("%H:%M:%S")
+    if not status["reachable"]:
+        return f"{stamp} {_host(status)}: unreachable: {status['error'].splitlines()[0]}"
+    live = [r for r in status["ranks"] if r["live"]]
+    modes = ", ".join(sorted({r["mode_active"] for r in live})) or "no serving process"
+    lock = status["lock"]["description"] if status["lock"] else "free"
+    return (f"{stamp} {_host(status)}: phase {status['phase']['phase']} | requested "
+            f"{status['requested_mode'] or '-'} | ranks {len(live)}/{len(status['ranks'])} {modes} | release "
+            f"{status['current_release'] or '-'} | lease {_lease(status)} | lock {lock} | {_divergence(status)} | "
+            f"verdict {_verdict(status)}")
+
+
+def _watch(c: common.Context, interval_s: float) -> None:
+    """Read every host each `interval_s` until Ctrl-C: redrawn tables on a terminal, one plain line per host per
+    interval off one, one JSON document per line under --json. Changes nothing on the hosts."""
+    def read() -> list[dict]:
+        return [host_status(host, c.settings) for host in c.hosts]
+
+    try:
+        if not c.options.json and sys.stdout.isatty():
+            with Live(console=common.console, auto_refresh=False) as live:
+                while True:
+                    statuses = read()
+                    heading = f"every {interval_s:g} s, read at {time.strftime('%H:%M:%S')} - Ctrl-C stops watching"
+                    live.update(Group(Text(heading), *_view(statuses)), refresh=True)
+                    time.sleep(interval_s)
+        while True:
+            statuses = read()
+            if c.options.json:
+                sys.stdout.write(jsonout.dumps({"at": time.time(), "hosts": statuses}, sort_keys=True) + "\n")
+            else:
+                for line in map(plain_line, statuses):
+                    common.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            sys.stdout.flush()
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        common.err_console.print("stopped watching (Ctrl-C); nothing on the hosts was changed", highlight=False)
+
+
+def _view(statuses: list[dict]) -> list:
+    """The tables and their notes, as one status prints them."""
+    return [_hosts_table(statuses), *map(Text, _host_notes(statuses)), _ranks_table(statuses),
+            *map(Text, _rank_notes(statuses) + _stack_notes(statuses) + _clock_notes(statuses))]
 
 
 def status(
     ctx: typer.Context,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Read the hosts again every --interval seconds until Ctrl-C (which exits 0): redrawn "
+        "tables on a terminal, one plain line per host per interval in a log, one JSON document per line with "
+        "--json. Follows a shadow or promote run from anywhere.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between reads with --watch.")] = 5.0,
     inventory: common.InventoryOpt = None,
     limit: common.LimitOpt = None,
     config_file: common.ConfigOpt = None,
@@ -145,19 +225,21 @@ def status(
     Per host: phase, requested mode, release, lease remaining, lock (owner, pid and machine), last journal
     entry, latest verdict (passed, failed or aborted). Per rank (from heartbeats): active mode (or stopped),
     generation seen, release, heartbeat age, recent divergence. Lines under the tables say why a phase is
-    unknown, why a rank runs another mode than the one asked, and what the live ranks serve with (SGLang,
-    torch, plugin digest, GPU).
-    Read-only. Exits 4 if a host cannot be reached (the others are still shown).
+    unknown, why a passed verdict no longer promotes, that a lock's holder died, why a rank runs another mode
+    than the one asked, and what the live ranks serve with (SGLang, torch, plugin digest, GPU). Sandbox hosts are
+    labelled SANDBOX (JSON: "sandbox": true).
+    Read-only. Exits 4 if a host cannot be reached (the others are still shown); --watch shows it and goes on.
     """
     c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    if watch:
+        _watch(c, interval)
+        return
     statuses = [host_status(host, c.settings) for host in c.hosts]
     if c.options.json:
         common.print_json({"hosts": statuses})
     else:
-        common.console.print(_hosts_table(statuses))
-        _print_notes(_phase_notes(statuses))
-        common.console.print(_ranks_table(statuses))
-        _print_notes(_rank_notes(statuses) + _stack_notes(statuses) + _clock_notes(statuses))
+        for part in _view(statuses):
+            common.console.print(part, highlight=False, soft_wrap=True)
     unreachable = [s for s in statuses if not s["reachable"]]
     if unreachable:
         raise HostError("; ".join(s["error"].splitlines()[0] for s in unreachable))

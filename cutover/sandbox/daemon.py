@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,6 +111,25 @@ def _log_tail(state_dir: str, lines: int = 15) -> str:
         return "(no server log)"
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): .+$")
+
+
+def _startup_cause(state_dir: str) -> tuple[str, str] | None:
+    """The exception that ended a rank or the server while starting (e.g. "ModuleNotFoundError: No module named
+    'torch'") and the log that holds it, read from the last lines of the rank logs, then the server log."""
+    logs = sorted(glob.glob(os.path.join(_dir(state_dir), "rank-*.log"))) + [_logfile(state_dir)]
+    for path in logs:
+        try:
+            with open(path, errors="replace") as handle:
+                lines = handle.readlines()[-40:]
+        except OSError:
+            continue
+        for line in reversed(lines):
+            if _EXCEPTION_LINE.match(line.strip()):
+                return line.strip(), path
+    return None
+
+
 def status(state_dir: str) -> dict:
     """Whether the sandbox runs, its configuration, health and each rank's heartbeat."""
     pid = running_pid(state_dir)
@@ -163,9 +184,14 @@ def up(config: ServerConfig, timeout_s: float = START_TIMEOUT_S) -> str:
     why = ""
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise HostError(f"sandbox server exited with status {proc.returncode} while starting; log tail:\n"
-                            f"{_log_tail(config.state_dir)}",
-                            hint=f"read {_logfile(config.state_dir)}; is port {config.port} free?")
+            cause = _startup_cause(config.state_dir)
+            raise HostError(f"sandbox server exited with status {proc.returncode} while starting"
+                            + (f": {cause[0]} (in {cause[1]})" if cause else "")
+                            + f"; log tail:\n{_log_tail(config.state_dir)}",
+                            hint=(f"install what is missing into the environment of {sys.executable} "
+                                  "(scripts/setup.sh installs everything the sandbox needs)"
+                                  if cause and "ModuleNotFoundError" in cause[0]
+                                  else f"read {_logfile(config.state_dir)}; is port {config.port} free?"))
         probe = probe_health(config.host, config.port)
         why = probe.reason
         if probe.healthy and probe.state_dir == config.state_dir:

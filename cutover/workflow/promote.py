@@ -13,8 +13,9 @@ phase becomes promoted while the lease still guards the host, and only then the 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, NoReturn
 
 import requests
@@ -29,6 +30,7 @@ from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks, stack_changes, unusable
 from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
 from cutover.workflow.probes import ServerSample, probe
+from cutover.workflow.runstore import RunStore
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
 
 
@@ -38,6 +40,7 @@ class PromoteOptions:
     watch_minutes: float | None = None  # None: the policy's promote.watch_minutes
     force: bool = False
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    reports_dir: str | None = None  # where the shadow runs are kept: each watch is recorded beside its run
 
     @property
     def watch_s(self) -> float:
@@ -79,6 +82,55 @@ class HostPromotion:
     host: str
     outcome: str  # "promoted", "already promoted", "rolled back"
     detail: str
+
+
+@dataclass
+class WatchTick:
+    """One probe of a host's post-promote watch, against what would roll it back: for a live view."""
+
+    host: str
+    elapsed_s: float
+    watch_s: float
+    lease_left_s: float
+    healthy: bool
+    failed_probes: int
+    max_failed_probes: int
+    error: str
+    verify_rate: float | None  # verify steps/s over the recent window; None until three probes give one
+    base_verify_rate: float | None  # the shadow baseline's
+    min_verify_rate_ratio: float
+    new_errors: float | None
+    new_nonfinite: float | None
+    max_new_errors: float
+    accept_length: float | None
+    base_accept_length: float | None
+
+    def line(self) -> str:
+        """The tick on one line: countdown, health, verify rate against its floor, error counts, lease."""
+        left = math.ceil(max(0.0, self.watch_s - self.elapsed_s))
+        health = "ok" if self.healthy else f"FAILED ({self.error})"
+        rate = "-" if self.verify_rate is None else f"{self.verify_rate:.2f}/s"
+        if self.base_verify_rate:
+            rate += (f" vs shadow {self.base_verify_rate:.2f}/s (rollback below "
+                     f"{self.min_verify_rate_ratio * self.base_verify_rate:.2f})")
+        else:
+            rate += " (no shadow baseline: not checked)"
+        accept = "" if self.accept_length is None and not self.base_accept_length else (
+            f" | accept length {'-' if self.accept_length is None else f'{self.accept_length:.2f}'}"
+            + (f" vs shadow {self.base_accept_length:.2f}" if self.base_accept_length else ""))
+        return (f"{self.host}: watch {_clock(self.elapsed_s)} of {_clock(self.watch_s)}, {_clock(left)} left | "
+                f"health {health}, failed in a row {self.failed_probes}/{self.max_failed_probes} | verify rate {rate}"
+                f" | new errors {_count(self.new_errors)}, new non-finite {_count(self.new_nonfinite)} (allowed "
+                f"{self.max_new_errors:g}){accept} | lease {self.lease_left_s:.0f} s left")
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60:d}:{seconds % 60:02d}"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def plan_promotion(links: list[HostLink], force: bool, policy: Policy) -> list[HostPlan]:
@@ -206,9 +258,12 @@ def run_promote(
     settings: Settings,
     options: PromoteOptions,
     on_event: Callable[[str], None] | None = None,
+    on_watch: Callable[[WatchTick], None] | None = None,
 ) -> list[HostPromotion]:
-    """Promote `hosts` in order (canary first); raise GateFailedError at the first regression."""
+    """Promote `hosts` in order (canary first); raise GateFailedError at the first regression. `on_event` gets
+    each step as a line, `on_watch` each probe of a watch."""
     say = on_event or (lambda message: None)
+    tick = on_watch or (lambda watch_tick: None)
     lock_ttl = max(60.0, 4 * options.lease_ttl_s)  # renewed with the lease: a killed CLI frees hosts soon
     with locked_links(hosts, settings, "promote", lock_ttl) as (links, locks):
 
@@ -240,7 +295,7 @@ def run_promote(
                 say(f"{link.name}: already promoted with release {plan.release_id}: nothing to do")
                 results.append(HostPromotion(link.name, "already promoted", f"release {plan.release_id}"))
                 continue
-            results.append(_promote_host(inventory, link, plan, settings, options, say,
+            results.append(_promote_host(inventory, link, plan, settings, options, say, tick,
                                          lambda watched=link: keep_locks(watched)))
         return results
 
@@ -252,6 +307,7 @@ def _promote_host(
     settings: Settings,
     options: PromoteOptions,
     say: Callable[[str], None],
+    tick: Callable[[WatchTick], None],
     keep_locks: Callable[[], None],
 ) -> HostPromotion:
     """Custom under a lease, watched; then recorded as promoted while the lease still guards the host, and
@@ -264,6 +320,16 @@ def _promote_host(
         say(f"{link.name}: {unchecked}")
     gates = GateWatch(options.policy.prometheus, "promote")
     gates.record_before()  # a relative gate's value before the flip; nothing is switched if it cannot be read
+    record = _run_recorder(options.reports_dir, plan.run_id)
+    triton_rate = triton_verify_rate(link.host, options.policy)
+    say(f"{link.name}: verify steps/s on Triton before the flip: {_rate(triton_rate)} (shadow baseline "
+        f"{_rate(plan.baseline.get('verify_rate'))})")
+    record({"at": time.time(), "host": link.name, "triton_verify_rate": triton_rate})
+
+    def tick_and_record(watch_tick: WatchTick) -> None:
+        tick(watch_tick)
+        record({"at": time.time(), **asdict(watch_tick)})
+
     leased = True
     try:
         control = link.call(
@@ -287,7 +353,7 @@ def _promote_host(
             f"{link.name}: custom kernel live under a {options.lease_ttl_s:.0f} s lease; watching "
             f"{options.watch_s / 60:g} min"
         )
-        _watch(link, plan, control.generation, ack, options, keep_locks, gates)
+        _watch(link, plan, control.generation, ack, options, keep_locks, gates, tick_and_record)
         forced = bool(plan.override)
         link.call(
             lambda st: st.set_phase(
@@ -310,13 +376,47 @@ def _promote_host(
             )
         )
     except BaseException as exc:
-        _stop(inventory, link, plan, settings, options, exc, leased)
+        try:
+            _stop(inventory, link, plan, settings, options, exc, leased)
+        except BaseException as stopped:  # _stop always raises: its message says how the host was left
+            record({"at": time.time(), "host": link.name, "outcome": "stopped",
+                    "reason": (str(stopped) or type(stopped).__name__).splitlines()[0]})
+            raise
+    record({"at": time.time(), "host": link.name, "outcome": "promoted", "reason": "watch passed"})
     say(f"{link.name}: promoted (custom, leaseless) with release {plan.release_id}")
     notify.send(settings.notify, "promote", f"{link.name} promoted (custom kernel live) with release "
                 f"{plan.release_id}", operator=settings.operator, host=link.name, release_id=plan.release_id,
                 forced=bool(plan.override))
     detail = f"release {plan.release_id}" + (f"; {unchecked}" if unchecked else "")
     return HostPromotion(link.name, "promoted", detail)
+
+
+PRE_FLIP_PROBES = 3  # probes of the host on Triton right before its flip: what the flip is measured against
+
+
+def triton_verify_rate(host: Host, policy: Policy) -> float | None:
+    """Verify steps/s of the host on Triton right before its flip, over PRE_FLIP_PROBES probes (None when the
+    server does not answer or count them)."""
+    session = requests.Session()
+    samples = []
+    for index in range(PRE_FLIP_PROBES):
+        if index:
+            time.sleep(policy.promote.probe_interval_s)
+        samples.append(probe(host, session))
+    return _verify_rate([s for s in samples if s.healthy])
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _run_recorder(reports_dir: str | None, run_id: str | None) -> Callable[[dict], None]:
+    """Appends to the local store of shadow run `run_id` (its report then covers the watch too); does nothing
+    where that run is not kept on this machine."""
+    store = RunStore(reports_dir, run_id) if run_id else None
+    if store is None or not store.run_file.exists():
+        return lambda record: None
+    return store.append_promote
 
 
 def unchecked_watch_checks(base: dict) -> str:
@@ -359,9 +459,9 @@ def _stop(inventory, link, plan, settings, options, exc: BaseException, leased: 
     ) from None
 
 
-def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch) -> None:
-    """Probe the host for the watch window (renewing its lease and every lock) and check the PromQL `gates` at
-    every probe; raise _Regression on the first regression."""
+def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch, tick) -> None:
+    """Probe the host for the watch window (renewing its lease and every lock), handing each probe to `tick` and
+    checking the PromQL `gates` at every probe; raise _Regression on the first regression."""
     policy = options.policy
     trackers = trackers_from_ack(link.name, ack.ranks)
     session = requests.Session()
@@ -369,6 +469,7 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch) -
     samples: list[ServerSample] = [first] if first.healthy else []
     failed_probes = 0 if first.healthy else 1
     start = renewed = time.monotonic()
+    tick(watch_tick(link.name, policy, plan.baseline, samples, failed_probes, first, 0.0, options, options.lease_ttl_s))
     while time.monotonic() - start < options.watch_s:
         time.sleep(min(policy.promote.probe_interval_s, options.lease_ttl_s / 3))
         if time.monotonic() - renewed >= options.lease_ttl_s / 3:
@@ -381,10 +482,28 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch) -
         failed_probes = 0 if sample.healthy else failed_probes + 1
         if sample.healthy:
             samples.append(sample)
+        now = time.monotonic()
+        tick(watch_tick(link.name, policy, plan.baseline, samples, failed_probes, sample, now - start, options,
+                        options.lease_ttl_s - (now - renewed)))
         problem = find_regression(policy, plan.baseline, trackers, samples, failed_probes, sample, plan.release_id)
         problem = problem or first_failure(gates.check())
         if problem:
             raise _Regression(problem)
+
+
+def watch_tick(host: str, policy: Policy, base: dict, samples: list[ServerSample], failed_probes: int,
+               last: ServerSample, elapsed_s: float, options: PromoteOptions, lease_left_s: float) -> WatchTick:
+    """What the watch judges now, as find_regression reads it."""
+    promote = policy.promote
+    recent = _recent(samples, _recent_window_s(policy))
+    return WatchTick(
+        host=host, elapsed_s=elapsed_s, watch_s=options.watch_s, lease_left_s=lease_left_s, healthy=last.healthy,
+        failed_probes=failed_probes, max_failed_probes=promote.max_failed_probes, error=last.error,
+        verify_rate=_verify_rate(recent), base_verify_rate=base.get("verify_rate"),
+        min_verify_rate_ratio=promote.min_verify_rate_ratio, new_errors=_rise(samples, "errors_total"),
+        new_nonfinite=_rise(samples, "nonfinite_total"), max_new_errors=promote.max_new_errors,
+        accept_length=_mean_accept(recent), base_accept_length=base.get("accept_length"),
+    )
 
 
 def find_regression(
@@ -410,29 +529,48 @@ def find_regression(
         ("errors_total", "errors (cutover_errors_total)"),
         ("nonfinite_total", "non-finite outputs (cutover_nonfinite_total)"),
     ):
-        counted = [getattr(s, counter) for s in samples if getattr(s, counter) is not None]
-        if len(counted) >= 2 and counted[-1] - counted[0] > promote.max_new_errors:
-            return f"{counted[-1] - counted[0]:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
-    recent = _recent(samples, max(RECENT_WINDOW_S, 3 * promote.probe_interval_s))
-    rated = [s for s in recent if s.verify_steps_total is not None]
+        rise = _rise(samples, counter)
+        if rise is not None and rise > promote.max_new_errors:
+            return f"{rise:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
+    recent = _recent(samples, _recent_window_s(policy))
+    rate = _verify_rate(recent)
     base_rate = base.get("verify_rate")
-    if base_rate and len(rated) >= 3 and rated[-1].at > rated[0].at:
-        rate = (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
-        if rate < promote.min_verify_rate_ratio * base_rate:
-            return (
-                f"verify steps/s fell to {rate:.2f} "
-                f"(< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
-            )
-    accepts = [s.accept_length for s in recent if s.accept_length is not None]
+    if base_rate and rate is not None and rate < promote.min_verify_rate_ratio * base_rate:
+        return (
+            f"verify steps/s fell to {rate:.2f} "
+            f"(< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
+        )
+    mean = _mean_accept(recent)
     base_accept = base.get("accept_length")
-    if base_accept and accepts:
-        mean = sum(accepts) / len(accepts)
-        if mean < promote.min_accept_length_ratio * base_accept:
-            return (
-                f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
-                f"baseline {base_accept:.2f})"
-            )
+    if base_accept and mean is not None and mean < promote.min_accept_length_ratio * base_accept:
+        return (
+            f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
+            f"baseline {base_accept:.2f})"
+        )
     return None
+
+
+def _recent_window_s(policy: Policy) -> float:
+    return max(RECENT_WINDOW_S, 3 * policy.promote.probe_interval_s)
+
+
+def _rise(samples: list[ServerSample], counter: str) -> float | None:
+    """How much `counter` rose since the first sample that has it (None below two such samples)."""
+    counted = [getattr(s, counter) for s in samples if getattr(s, counter) is not None]
+    return counted[-1] - counted[0] if len(counted) >= 2 else None
+
+
+def _verify_rate(recent: list[ServerSample]) -> float | None:
+    """Verify steps/s over `recent` (None below three probes with the counter)."""
+    rated = [s for s in recent if s.verify_steps_total is not None]
+    if len(rated) < 3 or rated[-1].at <= rated[0].at:
+        return None
+    return (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
+
+
+def _mean_accept(recent: list[ServerSample]) -> float | None:
+    accepts = [s.accept_length for s in recent if s.accept_length is not None]
+    return sum(accepts) / len(accepts) if accepts else None
 
 
 def _recent(samples: list[ServerSample], window_s: float) -> list[ServerSample]:

@@ -1,18 +1,19 @@
 """`cutover report`: Markdown + JSON + PNG plots of one shadow run, written into reports/<run_id>/.
 
-Everything comes from the local run store (run.json, verdict.json, the run's stats records). Plots need
+Everything comes from the local run store (run.json, verdict.json, the run's stats records, and promote.jsonl: the
+watch of a `cutover promote` that relied on this run, run from the same reports directory). Plots need
 matplotlib (the `report` extra); without it the Markdown and JSON are still written and say why no plots.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.gates import StatsSummary, hist_quantile
+from checks.gates import RankObservation, StatsSummary, compared_progress, gauges, hist_quantile, rank_share
+from checks.policy import ShadowPolicy
 from cutover import jsonout
 from cutover.hostprotocol.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
@@ -39,6 +40,7 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
     offsets = meta.get("clock_offsets_s") or {}  # host -> its clock minus the operator's (absent: older runs)
     worst = defaultdict(lambda: defaultdict(float))  # layer -> second since start -> p99 of that interval
     compared = defaultdict(int)  # second since start -> calls compared (all layers, hosts, ranks)
+    counted = []  # (second, host, rank, layer, calls compared)
     truth = []
     for host, record in store.iter_stats():
         if not summary.add(host, record):
@@ -49,13 +51,34 @@ def _summarise(store: RunStore, meta: dict) -> tuple[StatsSummary, dict]:
             if p99 is not None:
                 worst[name][second] = max(worst[name][second], p99)
             compared[second] += data.compared
+            counted.append((second, host, record.rank, name, data.compared))
         truth.extend({"host": host, "rank": record.rank, **sample} for sample in record.truth)
     series = {
         "interval_p99": {k: sorted(v.items()) for k, v in worst.items()},
         "compared": sorted(compared.items()),
+        "slowest_compared": _slowest_over_time(counted),
         "truth": truth,
     }
     return summary, series
+
+
+def _slowest_over_time(counted: list[tuple[int, str, int, str, int]]) -> dict[str, list[tuple[int, int]]]:
+    """Per host, second by second: the fewest calls any of its ranks has compared so far in any layer (what the
+    volume gate judges against each rank's share)."""
+    layers = {layer for *_, layer, _ in counted}
+    ranks: dict[str, set[int]] = defaultdict(set)
+    for _, host, rank, _, _ in counted:
+        ranks[host].add(rank)
+    running: dict[tuple[str, int, str], int] = defaultdict(int)
+    slowest: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    ordered = sorted(counted)
+    for index, (second, host, rank, layer, count) in enumerate(ordered):
+        running[(host, rank, layer)] += count
+        if index + 1 < len(ordered) and ordered[index + 1][0] == second:
+            continue  # the second's last record closes it
+        for name, rank_ids in ranks.items():
+            slowest[name].append((second, min(running[(name, r, lay)] for r in rank_ids for lay in layers)))
+    return dict(slowest)
 
 
 def _layer_rows(summary: StatsSummary) -> list[dict]:
@@ -67,6 +90,7 @@ def _layer_rows(summary: StatsSummary) -> list[dict]:
                 "calls": layer.calls,
                 "compared": layer.compared,
                 "rel_l2_p99": layer.rel_l2_p99(),
+                "rel_l2_p99_low": (layer.rel_l2_p99_bounds() or (None, None))[0],
                 "rel_l2_max": layer.rel_l2_max,
                 "worst_at": layer.worst_at,
                 "max_abs": layer.max_abs,
@@ -97,11 +121,95 @@ def _clock_line(meta: dict) -> str:
     return f"times: seconds since the start on the operator's clock; host clocks ahead of it by {shown}"
 
 
-def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped: int) -> str:
+def _sandbox_label(meta: dict) -> str:
+    """"SANDBOX (...)" when the run's hosts include sandbox hosts, else ""."""
+    hosts = meta.get("sandbox_hosts") or []
+    if not hosts:
+        return ""
+    which = "" if sorted(hosts) == sorted(meta["hosts"]) else f" ({', '.join(hosts)})"
+    return f"SANDBOX{which}: a stand-in for SGLang, not a model"
+
+
+def _p99(row: dict) -> str:
+    """The bucket that holds the p99 (its upper edge capped at the layer's max: it equals the max when the top
+    calls share the max's bucket)."""
+    if row["rel_l2_p99"] is None:
+        return "-"
+    return f"{_fmt(row['rel_l2_p99_low'])} - {_fmt(row['rel_l2_p99'])}"
+
+
+def _gate_rows(meta: dict, summary: StatsSummary, verdict) -> list[str]:
+    """Each gate with the run's observed value and the policy's threshold side by side."""
+    policy = ShadowPolicy(**meta["policy"]["shadow"])
+    rows = [f"| {name} | {_fmt(seen)} | <= {limit:g} | "
+            f"{'-' if seen is None else ('ok' if seen <= limit else '**over**')} |"
+            for name, seen, limit in gauges(policy, summary)]
+    ranks = [RankObservation(host, rank, None, None) for host, rank in sorted(summary.rank_compared)]
+    for host, (count, share) in compared_progress(policy, summary, ranks).items():
+        rows.append(f"| compared calls, {host} (slowest rank and layer) | {count} | >= {share} per rank "
+                    f"({policy.min_compared_calls} per host) | {'ok' if count >= share else '**short**'} |")
+    if verdict:
+        rows.append(f"| duration | {verdict.duration_s:.0f} s | >= {policy.min_duration_s:g} s | "
+                    f"{'ok' if verdict.duration_s >= policy.min_duration_s else '**short**'} |")
+    return ["| gate | observed | threshold | |", "|---|---|---|---|", *rows]
+
+
+BASELINE_COLUMNS = (("verify_rate", "verify steps/s"), ("error_rate", "errors/s"), ("accept_length", "accept length"),
+                    ("samples", "probes"))
+
+
+def _baseline_rows(baseline: dict) -> list[str]:
+    lines = ["| host | " + " | ".join(label for _, label in BASELINE_COLUMNS) + " | note |",
+             "|---" * (len(BASELINE_COLUMNS) + 2) + "|"]
+    for host, values in sorted(baseline.items()):
+        cells = [_fmt(values.get(key)) for key, _ in BASELINE_COLUMNS]
+        lines.append(f"| {host} | {' | '.join(cells)} | {values.get('verify_rate_note') or ''} |")
+    return lines
+
+
+def _promote_watch(records: list[dict]) -> dict[str, dict]:
+    """Per host, the promote watch recorded beside this run: its probes and how it ended."""
+    watches: dict[str, dict] = {}
+    for record in records:
+        watch = watches.setdefault(record["host"], {"ticks": [], "outcome": "watch cut off", "reason": "",
+                                                    "triton_verify_rate": None})
+        if "outcome" in record:
+            watch.update(outcome=record["outcome"], reason=record["reason"])
+        elif "triton_verify_rate" in record:
+            watch["triton_verify_rate"] = record["triton_verify_rate"]
+        else:
+            watch["ticks"].append(record)
+    return watches
+
+
+def _promote_rows(watches: dict[str, dict]) -> list[str]:
+    """The promote watch beside the shadow run: verify steps/s on Triton right before the flip, in shadow (the
+    baseline) and after the flip."""
+    lines = ["", "## Promote watch (after this run passed)", "",
+             "| host | outcome | watched | verify steps/s on Triton (before the flip) | in shadow | after the flip "
+             "(last) | rollback below | new errors | new non-finite |", "|---|---|---|---|---|---|---|---|---|"]
+    for host, watch in sorted(watches.items()):
+        ticks = watch["ticks"]
+        last = ticks[-1] if ticks else {}
+        rated = [t["verify_rate"] for t in ticks if t.get("verify_rate") is not None]
+        base = last.get("base_verify_rate")
+        floor = base * last["min_verify_rate_ratio"] if base else None
+        outcome = watch["outcome"] + (f": {watch['reason']}" if watch["reason"] else "")
+        lines.append(f"| {host} | {outcome} | {last.get('elapsed_s', 0):.0f} of {last.get('watch_s', 0):.0f} s | "
+                     f"{_fmt(watch['triton_verify_rate'])} | {_fmt(base)} | {_fmt(rated[-1] if rated else None)} | "
+                     f"{_fmt(floor)} | "
+                     f"{_fmt(last.get('new_errors'))} | {_fmt(last.get('new_nonfinite'))} |")
+    return lines
+
+
+def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, files: ReportFiles, skipped: int,
+              watches: dict[str, dict]) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
+    sandbox = _sandbox_label(meta)
     lines = [
-        f"# Shadow run {meta['run_id']}: {outcome}",
+        f"# Shadow run {meta['run_id']}: {outcome}" + (" (SANDBOX)" if sandbox else ""),
         "",
+        *([f"**{sandbox}.**", ""] if sandbox else []),
         f"* release: `{meta['release_id']}`",
         f"* hosts: {', '.join(meta['hosts'])}",
         (
@@ -119,9 +227,13 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped
     lines += [f"* {reason}" for reason in (verdict.reasons if verdict else ["no verdict recorded"])]
     if skipped:
         lines.append(f"* {skipped} stored stats line(s) could not be parsed (cut short?) and were left out here")
+    lines += ["", "## Gates: observed against threshold", "", *_gate_rows(meta, summary, verdict)]
     lines += [
         "",
         "## Per layer",
+        "",
+        "rel-L2 p99: the histogram bucket that holds it (4 buckets a decade), its upper edge capped at the layer's "
+        "max; the gate judges the upper edge.",
         "",
         "| layer | compared | rel-L2 p99 | rel-L2 max | worst at | max abs | non-finite custom/Triton "
         "| truth worst ratio |",
@@ -130,7 +242,7 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped
     for row in rows:
         ratio = row["truth_worst"]["ratio"] if row["truth_worst"] else None
         lines.append(
-            f"| {row['layer']} | {row['compared']} | {_fmt(row['rel_l2_p99'])} | {_fmt(row['rel_l2_max'])} | "
+            f"| {row['layer']} | {row['compared']} | {_p99(row)} | {_fmt(row['rel_l2_max'])} | "
             f"{row['worst_at'] or '-'} | {_fmt(row['max_abs'])} | {row['nonfinite_custom']}/{row['nonfinite_stock']} | "
             f"{_fmt(ratio)} |"
         )
@@ -138,55 +250,99 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped
         lines.append("| - | no stats records | | | | | | |")
     if verdict and verdict.baseline:
         lines += ["", "## Server baseline during shadow (promote compares against it)", ""]
-        lines += [f"* {host}: {json.dumps(values, sort_keys=True)}" for host, values in verdict.baseline.items()]
+        lines += _baseline_rows(verdict.baseline)
+    if watches:
+        lines += _promote_rows(watches)
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.relative_to(files.markdown.parent)})" for p in files.plots] or [f"_{files.plot_note}_"]
     return "\n".join(lines) + "\n"
 
 
-def _plot(directory: Path, series: dict, rows: list[dict], k: float, floor: float) -> list[Path]:
+def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: StatsSummary,
+          watches: dict[str, dict]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    policy = ShadowPolicy(**meta["policy"]["shadow"])
+    heading = f"run {meta['run_id']} | hosts {', '.join(meta['hosts'])}"
+    sandbox = _sandbox_label(meta)
     paths = []
+
+    def figure(size, title):
+        fig, ax = plt.subplots(figsize=size)
+        fig.suptitle(heading + ("\n" + sandbox if sandbox else ""), fontsize="small",
+                     color="darkred" if sandbox else "black")
+        ax.set_title(title)
+        ax.xaxis.set_major_locator(MaxNLocator(6))
+        ax.yaxis.set_major_locator(MaxNLocator(6))
+        ax.ticklabel_format(axis="both", style="sci", scilimits=(-2, 4))
+        return fig, ax
+
     worst_layers = sorted(rows, key=lambda r: r["rel_l2_max"], reverse=True)[:WORST_LAYERS_PLOTTED]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = figure((9, 4.8), f"Divergence over time ({len(worst_layers)} worst layers)")
     for row in worst_layers:
         points = series["interval_p99"].get(row["layer"], [])
-        ax.plot([p[0] for p in points], [max(p[1], 1e-9) for p in points], label=f"layer {row['layer']}")
-    ax.set(
-        yscale="log",
-        xlabel="seconds since start",
-        ylabel="rel-L2 p99 per interval (upper bound)",
-        title=f"Divergence over time ({len(worst_layers)} worst layers)",
-    )
-    if worst_layers:
-        ax.legend(fontsize="small")
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"layer {row['layer']}")
+    ax.axhline(policy.rel_l2_p99, color="black", linestyle="--", label=f"p99 gate {policy.rel_l2_p99:g}")
+    ax.axhline(policy.rel_l2_max, color="black", linestyle=":", label=f"max gate {policy.rel_l2_max:g}")
+    ax.set(xlabel="seconds since start", ylabel="rel-L2 p99 per interval (upper bound)", ylim=(0, None))
+    _legend(ax, "center right")
     paths.append(_save(fig, directory / "divergence.png"))
 
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = figure((6, 5.5), "Truth anchor samples")
     stock = [s["err_stock"] for s in series["truth"]]
     custom = [s["err_custom"] for s in series["truth"]]
-    ax.scatter(stock, custom, s=8)
-    if stock:
-        top = max(max(stock), 1e-9)
-        ax.plot([0, top], [floor, k * top + floor], color="red", label=f"limit: {k} x Triton + {floor:g}")
-        ax.legend(fontsize="small")
-    ax.set(xlabel="Triton error vs float64", ylabel="custom error vs float64", title="Truth anchor samples")
+    ax.scatter(stock, custom, s=8, label="samples")
+    top = max(stock, default=0.0) or 1e-3
+    ax.plot([0, top], [policy.truth_anchor_floor, policy.truth_anchor_k * top + policy.truth_anchor_floor],
+            color="red", label=f"limit: {policy.truth_anchor_k} x Triton + {policy.truth_anchor_floor:g}")
+    _legend(ax, "best")
+    ax.set(xlabel="Triton error vs float64", ylabel="custom error vs float64", xlim=(0, None), ylim=(0, None))
+    if not stock:
+        ax.text(0.5, 0.5, "no float64-anchored sample in this run", transform=ax.transAxes, ha="center")
     paths.append(_save(fig, directory / "truth_anchor.png"))
 
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    total, xs, ys = 0, [], []
-    for second, count in series["compared"]:
-        total += count
-        xs.append(second)
-        ys.append(total)
-    ax.plot(xs, ys)
-    ax.set(xlabel="seconds since start", ylabel="calls compared (cumulative)", title="Verify calls compared")
+    fig, ax = figure((9, 4), "Calls compared per rank in its slowest layer, against the minimum")
+    for host, points in sorted(series["slowest_compared"].items()):
+        ax.step([p[0] for p in points], [p[1] for p in points], where="post", label=host)
+    for ranks in sorted(set(Counter(host for host, _ in summary.rank_compared).values())):
+        ax.axhline(rank_share(policy, ranks), color="red", linestyle="--",
+                   label=f"minimum per rank ({policy.min_compared_calls} per host / {ranks} ranks)")
+    ax.set(xlabel="seconds since start", ylabel="calls compared", ylim=(0, None))
+    _legend(ax, "lower right")
     paths.append(_save(fig, directory / "compared.png"))
+    if watches:
+        paths.append(_plot_promote(figure, directory, watches))
     return paths
+
+
+def _plot_promote(figure, directory: Path, watches: dict[str, dict]) -> Path:
+    """Verify steps/s after the flip, per host, against its shadow baseline, the rollback floor and its rate on
+    Triton right before the flip."""
+    fig, ax = figure((9, 4), "Promote watch: verify steps/s after the flip, on Triton before it, in shadow")
+    for host, watch in sorted(watches.items()):
+        rated = [t for t in watch["ticks"] if t.get("verify_rate") is not None]
+        line, = ax.plot([t["elapsed_s"] for t in rated], [t["verify_rate"] for t in rated],
+                        label=f"{host} ({watch['outcome']})")
+        base = watch["ticks"][-1].get("base_verify_rate") if watch["ticks"] else None
+        if base:
+            ax.axhline(base, color=line.get_color(), linestyle="--", label=f"{host} shadow baseline {base:.3g}")
+            floor = base * watch["ticks"][-1]["min_verify_rate_ratio"]
+            ax.axhline(floor, color=line.get_color(), linestyle=":", label=f"{host} rollback below {floor:.3g}")
+        if watch["triton_verify_rate"]:
+            ax.axhline(watch["triton_verify_rate"], color=line.get_color(), linestyle="-.",
+                       label=f"{host} on Triton before the flip {watch['triton_verify_rate']:.3g}")
+    ax.set(xlabel="seconds since the flip", ylabel="verify steps/s", ylim=(0, None))
+    _legend(ax, "lower right")
+    return _save(fig, directory / "promote_watch.png")
+
+
+def _legend(ax, where: str) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc=where)
 
 
 def _save(fig, path: Path) -> Path:
@@ -204,6 +360,7 @@ def write_report(store: RunStore) -> ReportFiles:
     verdict = store.load_verdict()
     summary, series = _summarise(store, meta)
     rows = _layer_rows(summary)
+    watches = _promote_watch(store.promote_records())
     files = ReportFiles(markdown=store.dir / "report.md", json=store.dir / "report.json")
     try:
         import matplotlib  # noqa: F401
@@ -212,20 +369,19 @@ def write_report(store: RunStore) -> ReportFiles:
     else:
         plots_dir = store.dir / "plots"
         plots_dir.mkdir(parents=True, exist_ok=True)
-        shadow_policy = meta["policy"]["shadow"]
-        files.plots = _plot(
-            plots_dir, series, rows, shadow_policy["truth_anchor_k"], shadow_policy["truth_anchor_floor"]
-        )
+        files.plots = _plot(plots_dir, series, rows, meta, summary, watches)
     document = {
         "run": meta,
         "verdict": json.loads(verdict.to_json()) if verdict else None,
         "totals": summary.totals(),
         "layers": rows,
         "series": series,  # the plots' data: seconds since the start on the operator's clock
+        "promote_watch": watches,  # per host: each probe of the watch after this run passed, and its outcome
         "plots": [str(p) for p in files.plots],
         "plot_note": files.plot_note,
         "unreadable_stats_lines": store.unreadable_lines,
     }
     atomic_write_text(str(files.json), jsonout.dumps(document, indent=2, sort_keys=True))
-    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, files, store.unreadable_lines))
+    atomic_write_text(str(files.markdown),
+                      _markdown(meta, verdict, rows, summary, files, store.unreadable_lines, watches))
     return files

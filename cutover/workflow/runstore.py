@@ -35,6 +35,7 @@ def run_meta(
     sample_rate: int,
     kernels: list[str],
     clock_offsets_s: dict[str, float] | None = None,
+    sandbox_hosts: list[str] | None = None,
 ) -> dict:
     """The run.json of a shadow run: what was armed where, under which policy, and each host's clock offset
     (seconds its clock is ahead of the operator's, as measured over SSH: the stats' times are the host's)."""
@@ -49,6 +50,7 @@ def run_meta(
         "sample_rate": sample_rate,
         "kernels": kernels,
         "clock_offsets_s": dict(clock_offsets_s or {}),
+        "sandbox_hosts": sorted(sandbox_hosts or []),  # hosts served by the sandbox: reports label them
     }
 
 
@@ -98,6 +100,21 @@ class RunStore:
                             self.unreadable_lines += 1
                         else:
                             yield host_dir.name, record
+
+    @property
+    def promote_file(self) -> Path:
+        return self.dir / "promote.jsonl"
+
+    def append_promote(self, record: dict) -> None:
+        """One probe or the outcome of a promote watch that relied on this run's verdict."""
+        append_jsonl(str(self.promote_file), record)
+
+    def promote_records(self) -> list[dict]:
+        """The promote watch's records of this run (none when no promote ran from this machine)."""
+        if not self.promote_file.exists():
+            return []
+        with open(self.promote_file, errors="replace") as lines:
+            return [record for record in map(_json_object, lines) if record is not None]
 
     def save_verdict(self, record: VerdictRecord) -> None:
         atomic_write_text(str(self.verdict_file), record.to_json())

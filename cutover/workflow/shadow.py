@@ -20,7 +20,7 @@ from typing import Callable
 
 import requests
 
-from checks.gates import RankObservation, StatsSummary, Verdict, evaluate_shadow
+from checks.gates import RankObservation, StatsSummary, Verdict, compared_progress, evaluate_shadow, gauges
 from checks.prometheus import GateWatch, with_results
 from cutover import notify
 from checks.policy import Policy, shadow_thresholds
@@ -69,6 +69,9 @@ class Progress:
     ranks: list[RankObservation]
     host_errors: dict[str, str]
     load: dict | None
+    gauges: list[tuple[str, float | None, float]] = field(default_factory=list)  # gate, observed, threshold
+    compared: dict[str, tuple[int, int]] = field(default_factory=dict)  # host -> slowest rank-layer, share needed
+    leases_left_s: dict[str, float] = field(default_factory=dict)  # host -> seconds until its lease would lapse
 
 
 @dataclass
@@ -328,6 +331,7 @@ class _ShadowRun:
             self.options.sample_rate,
             kernels,
             self.clock_offsets,
+            [link.name for link in self.links if link.host.serving_kind == "sandbox"],
         )
 
     def _loop(self) -> None:
@@ -421,19 +425,24 @@ class _ShadowRun:
     def _report_progress(self, elapsed: float) -> None:
         if self.on_progress is None:
             return
+        observations = self._observations()
+        now = time.monotonic()
         self.on_progress(
             Progress(
                 run_id=self.run_id,
                 elapsed_s=elapsed,
                 duration_s=self.options.duration_s,
                 totals=self.summary.totals(),
-                ranks=self._observations(),
+                ranks=observations,
                 host_errors={
                     run.link.name: self._renewal_failure(run) or run.link.last_error
                     for run in self.runs
                     if run.renew_error or run.link.last_error
                 },
                 load=self.load.snapshot() if self.load else None,
+                gauges=gauges(self.policy.shadow, self.summary),
+                compared=compared_progress(self.policy.shadow, self.summary, observations),
+                leases_left_s={run.link.name: self.options.lease_ttl_s - (now - run.renewed_at) for run in self.runs},
             )
         )
 

@@ -161,11 +161,13 @@ def gpu_checks(params, gpus):
     if not gpus:
         return [check("gpu compute capability", declared, "no GPU (nvidia-smi missing or failing)", False)]
     found = sorted({g[0] for g in gpus})
-    results = [
-        check("gpu compute capability", declared, ", ".join(found), found == [declared.rstrip("a")],
-              "the inventory's gpu_arch must match the host's GPUs"),
-        check("release archs", "includes " + declared, ", ".join(params["archs"]),
-              all(arch in cubins for arch in found), "rebuild with `cutover build --arch " + declared + "`"),
+    arch_ok = found == [declared.rstrip("a")]
+    cubins_ok = all(arch in cubins for arch in found)
+    results = [  # a fix is a note only where its check failed: stage prints the notes of passed checks
+        check("gpu compute capability", declared, ", ".join(found), arch_ok,
+              "" if arch_ok else "the inventory's gpu_arch must match the host's GPUs"),
+        check("release archs", "includes " + declared, ", ".join(params["archs"]), cubins_ok,
+              "" if cubins_ok else "rebuild with `cutover build --arch " + declared + "`"),
     ]
     drivers = sorted({g[1] for g in gpus})
     results.append(check("driver version", ">= " + params["min_driver"], ", ".join(drivers),

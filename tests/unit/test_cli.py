@@ -3,7 +3,9 @@ against a local-connection host under tmp_path (real ansible-runner, real playbo
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ from pathlib import Path
 import click
 import pytest
 import typer
+import yaml
 
 from cutover.cli.main import app
 from releases import second_release
@@ -337,6 +340,29 @@ def test_sandbox_up_without_serving_port_names_the_field_and_starts_nothing(invo
     assert not state_dir.exists()
 
 
+def test_sandbox_up_without_torch_names_the_missing_module_as_the_cause(invoke, tmp_path, state_dir):
+    """An environment without torch (here: a `torch` on PYTHONPATH that fails to import as a missing one does):
+    the rank's ModuleNotFoundError, read from its log, is the error, not a guess about the port."""
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    inventory = write_inventory(tmp_path / "inv.yml", tmp_path, serving_port=free_port())
+    result = invoke("sandbox", "up", "-i", inventory, "--timeout", "120", PYTHONPATH=str(no_torch))
+    assert result.exit_code != 0
+    first = result.stderr.splitlines()[0]
+    assert re.search(r"while starting: ModuleNotFoundError: No module named 'torch' \(in "
+                     + re.escape(str(state_dir / "sandbox")) + r"/rank-\d\.log\); log tail:$", first), first
+    assert "  fix: install what is missing into the environment of " in result.stderr
+    assert "is port" not in result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def hand_made_release(tmp_path, **manifest) -> Path:
     """A release directory whose manifest.json holds exactly `manifest`."""
     release = tmp_path / "hand-made"
@@ -389,3 +415,94 @@ def test_only_the_verbs_that_may_restart_serving_take_yes_after_the_verb(invoke)
     assert taking_yes == {"stage", "rollback"}
     refused = invoke("shadow", "--yes")
     assert refused.exit_code == 2 and "No such option: --yes" in refused.stderr
+
+
+def _two_host_inventory(path: Path, root: Path, names: tuple[str, ...]) -> Path:
+    """write_inventory's host under each of `names`, each with its own root and state dir."""
+    hosts = {}
+    for name in names:
+        data = yaml.safe_load(write_inventory(root / f"{name}.yml", root / name).read_text())
+        hosts[name] = data["all"]["hosts"]["local"]
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return path
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+@pytest.mark.parametrize("verb", [("status",), ("sandbox", "status")])
+def test_a_typed_inventory_wins_over_cutover_inventory(invoke, tmp_path, position, verb):
+    """With $CUTOVER_INVENTORY pointing at prod, `-i staging.yml` typed before or after the verb targets staging."""
+    typed = _two_host_inventory(tmp_path / "staging.yml", tmp_path, ("staging",))
+    environment = _two_host_inventory(tmp_path / "prod.yml", tmp_path, ("prod",))
+    args = ["-i", typed, *verb, "--json"] if position == "before" else [*verb, "-i", typed, "--json"]
+    result = invoke(*args, CUTOVER_INVENTORY=str(environment))
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    names = [h["host"] for h in document["hosts"]] if verb == ("status",) else list(document)
+    assert names == ["staging"]
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_a_typed_limit_wins_over_cutover_limit(invoke, tmp_path, position):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    args = ["--limit", "canary", "status", "-i", inventory, "--json"] if position == "before" else [
+        "status", "-i", inventory, "--limit", "canary", "--json"]
+    result = invoke(*args, CUTOVER_LIMIT="bulk")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["canary"]
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_a_typed_config_wins_over_cutover_config(invoke, tmp_path, local_inventory, state_dir, position):
+    """The typed config's operator is the one the journal records; $CUTOVER_CONFIG's is not."""
+    typed, environment = tmp_path / "typed.yml", tmp_path / "env.yml"
+    typed.write_text("operator: typed@test\n")
+    environment.write_text("operator: env@test\n")
+    args = ["--config", typed, "rollback", "-i", local_inventory] if position == "before" else [
+        "rollback", "-i", local_inventory, "--config", typed]
+    result = invoke(*args, CUTOVER_CONFIG=str(environment))
+    assert result.exit_code == 0, result.stderr
+    assert [e["actor"] for e in read_journal(state_dir) if e["action"] == "rollback"] == ["typed@test"]
+
+
+def test_the_environment_still_applies_when_nothing_is_typed(invoke, tmp_path):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    result = invoke("status", "--json", CUTOVER_INVENTORY=str(inventory), CUTOVER_LIMIT="bulk")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["bulk"]
+
+
+def test_typed_after_the_verb_wins_over_typed_before_it(invoke, tmp_path):
+    inventory = _two_host_inventory(tmp_path / "inv.yml", tmp_path, ("canary", "bulk"))
+    result = invoke("--limit", "bulk", "status", "-i", inventory, "--limit", "canary", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["canary"]
+
+
+def _all_commands(group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _all_commands(typer.main.get_command(app))], ids=" ".join)
+def test_help_shows_every_options_help_whole_with_its_default(invoke, path):
+    """Rich markup must not eat a bracketed part of a help text; options with a default show it."""
+    command = dict(_all_commands(typer.main.get_command(app)))[path]
+    result = invoke(*path, "--help")
+    assert result.exit_code == 0
+    shown = " ".join(result.stdout.translate(str.maketrans("│╭╮╰╯─", "      ")).split())
+    for param in command.params:
+        help_text = getattr(param, "help", None)
+        if help_text:
+            assert " ".join(help_text.split()) in shown, (param.name, help_text)
+        default = param.default
+        if getattr(param, "show_default", None) is not False and isinstance(default, (int, float, str)) and not \
+                isinstance(default, bool) and param.name != "help":
+            assert f"[default: {default}]" in shown, (param.name, default)
+
+
+def test_shell_completion_is_offered(invoke):
+    result = invoke("--help")
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout

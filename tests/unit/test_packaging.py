@@ -1,5 +1,6 @@
 """A built wheel carries the playbooks, inventories and default policies, and finds them when installed."""
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -34,3 +35,36 @@ def test_installed_wheel_resolves_its_own_resources(wheel, tmp_path):
         assert path.is_file() and not path.is_symlink() and site in path.parents, path
     module_util = site / "cutover/data/playbooks/module_utils/cutover_hostprotocol/hostlayout.py"
     assert module_util.read_text() == (REPO / "cutover/hostprotocol/hostlayout.py").read_text()
+
+
+def test_an_installed_wheel_takes_a_packaged_policy_by_name_outside_the_repo(wheel, tmp_path):
+    """`--policy sandbox` from a wheel installed with no repository around: the packaged checks/policies/sandbox.yml
+    is loaded (its scope then refuses a non-sandbox target, naming the file it read)."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True, timeout=600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "prod.yml").write_text(
+        "all:\n  hosts:\n    gpu1:\n      ansible_connection: local\n      serving_kind: sglang\n      tp_size: 8\n"
+        "      gpu_arch: sm_120\n      cutover_root: /nonexistent/root\n      cutover_state_dir: /nonexistent/state\n"
+        "      serving_python: /usr/bin/python3\n      serving_restart_command: 'true'\n")
+    run_cli = "import sys; from cutover.cli.main import app; app(prog_name='cutover')"
+    env = {**os.environ, "PYTHONPATH": str(site), "HOME": str(tmp_path), "COLUMNS": "250"}
+    env.pop("CUTOVER_POLICY", None)
+
+    def cutover(*args):
+        return subprocess.run([sys.executable, "-c", run_cli, *args], capture_output=True, text=True, env=env,
+                              cwd=elsewhere, timeout=300)
+
+    where = subprocess.run([sys.executable, "-c", "import checks.policy as p; print(p.DEFAULT_POLICY_PATH)"],
+                           capture_output=True, text=True, env=env, cwd=elsewhere, check=True).stdout.strip()
+    assert Path(where).parent.parent.parent == site  # the installed copy, not the checkout
+    result = cutover("shadow", "--minutes", "3", "--policy", "sandbox", "-i", "prod.yml")
+    assert result.returncode == 2
+    assert f"policy {site / 'checks/policies/sandbox.yml'} has scope sandbox: it may gate only sandbox hosts" in \
+        result.stderr, result.stderr
+    missing = cutover("shadow", "--minutes", "3", "--policy", "nightly", "-i", "prod.yml")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: policy nightly: file not found\n  fix: pass an existing file to "
+                                     "--policy, or a packaged policy: default, sandbox"), missing.stderr

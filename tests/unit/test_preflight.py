@@ -103,3 +103,15 @@ def test_stage_refuses_a_plugin_host_whose_serving_python_has_no_pip(invoke, tmp
     assert (f"host local: pip of the serving python: expected `{python} -m pip --version` works, found {python}: No "
             f"module named pip (install pip into that environment: `{python} -m ensurepip`") in result.stderr
     assert not (tmp_path / "root").exists()
+
+
+def test_passed_gpu_checks_carry_no_fix_and_failed_ones_do():
+    """stage prints the notes of passed checks: a fix there reads as if the check had failed."""
+    params = {"gpu_arch": "sm_90a", "archs": ["sm_90a"], "min_driver": "580.65.06"}
+    passed = preflight.gpu_checks(params, [("sm_90", "580.65.06", "NVIDIA H200")])
+    assert [(c["fact"], c["ok"], c["note"]) for c in passed] == [
+        ("gpu compute capability", True, ""), ("release archs", True, ""), ("driver version", True, "")]
+    failed = preflight.gpu_checks({**params, "gpu_arch": "sm_120"}, [("sm_100", "580.65.06", "NVIDIA B200")])
+    assert [(c["fact"], c["ok"], c["note"]) for c in failed[:2]] == [
+        ("gpu compute capability", False, "the inventory's gpu_arch must match the host's GPUs"),
+        ("release archs", False, "rebuild with `cutover build --arch sm_120`")]

@@ -1,13 +1,23 @@
-"""`cutover status` table and JSON: the lock's holder, rank reasons and stopped ranks, a corrupt phase file, the
-verdict's outcome, and which verdict is the latest."""
+"""`cutover status` table and JSON: the lock's holder (and a dead one), rank reasons and stopped ranks, a corrupt
+phase file, the verdict's outcome (and one spent by a rollback), which verdict is the latest, the SANDBOX label,
+full-width tables in logs, and `--watch` until Ctrl-C."""
 
 import json
+import os
+import signal
+import socket
+import subprocess
 import time
 
+import pytest
+from clirunner import Cli
+
 from cutover.cli.status import _rank_notes, _stack_notes
+from cutover.errors import LockHeldError
 from cutover.hostprotocol.hostlayout import Heartbeat
 from cutover.workflow.verdict import VerdictRecord
 
+from .conftest import write_inventory
 from .test_hoststate import make_state
 
 UNCLEAN = ("previous process (pid 4242) exited uncleanly while armed in custom at generation 3; staying on "
@@ -188,3 +198,136 @@ def test_the_live_ranks_serving_stack_is_a_line_per_host_and_stack(invoke, local
         "host local rank 0 serves with sglang 0.5.23, torch 2.11.0, plugin 0123456789ab, gpu NVIDIA H200",
         "host local rank 1 serves with sglang 0.5.24, torch 2.11.0, plugin 0123456789ab, gpu NVIDIA H200",
     ]
+
+
+def write_stats(state_dir, rank: int, mode: str, compared: int) -> None:
+    (state_dir / "stats").mkdir(parents=True, exist_ok=True)
+    layer = {"calls": 10, "compared": compared, "rel_l2_max": 2e-3 if compared else 0.0,
+             "max_abs": 0.01 if compared else 0.0, "nonfinite_custom": 0, "nonfinite_stock": 0}
+    line = {"ts": time.time(), "mode": mode, "kernel": "cuda", "rank": rank, "layers": {"3": layer}}
+    with open(state_dir / "stats" / f"rank-{rank}.jsonl", "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def test_custom_mode_with_nothing_compared_shows_no_divergence_figures(invoke, local_inventory, state_dir):
+    """Custom mode runs one kernel: there is no divergence to show, not a divergence of zero."""
+    write_beat(state_dir, 0, mode_active="custom")
+    write_beat(state_dir, 1, mode_active="shadow")
+    write_stats(state_dir, 0, "custom", compared=0)
+    write_stats(state_dir, 1, "shadow", compared=5)
+
+    divergence = host_status(invoke, local_inventory)["divergence"]
+    assert (divergence["0"]["rel_l2_max"], divergence["0"]["max_abs"]) == (None, None)
+    assert divergence["1"]["rel_l2_max"] == 2e-3
+    _, (rank0, rank1) = tables(status_table(invoke, local_inventory))
+    assert rank0[7:9] == ["-", "-"]
+    assert rank1[7:9] == ["2.00e-03", "1.00e-02"]
+
+
+def write_lock_of_a_dead_holder(state_dir) -> int:
+    """bob's lock on this machine, held by a cutover process that has ended; returns that pid."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state_dir.mkdir()
+    (state_dir / "lock").write_text(json.dumps({
+        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 600.4,
+        "token": "bobs", "pid": dead.pid, "client": socket.gethostname()}))
+    return dead.pid
+
+
+def test_a_lock_whose_holder_died_says_so_with_the_fix(invoke, local_inventory, state_dir):
+    dead_pid = write_lock_of_a_dead_holder(state_dir)
+
+    lock = host_status(invoke, local_inventory)["lock"]
+    assert lock["holder_gone"] is True
+    assert lock["description"].endswith(f"pid {dead_pid} on {socket.gethostname()} - that process is gone)")
+    table = status_table(invoke, local_inventory)
+    note = next(line for line in table.splitlines() if "no longer running" in line)
+    assert note.startswith(f"host local: the lock's holder (pid {dead_pid} on {socket.gethostname()}) is no longer "
+                           "running: that cutover ended without releasing the lock. Fix: bob@elsewhere's next cutover "
+                           "command takes it over; anyone else waits until it expires in ")
+    assert note.endswith(" s (`cutover rollback` is never blocked)")
+
+
+def test_a_live_lock_holder_gets_no_such_note(invoke, local_inventory, state_dir):
+    state_dir.mkdir()
+    (state_dir / "lock").write_text(json.dumps({
+        "owner": "bob@elsewhere", "action": "shadow", "acquired_at": time.time(), "expires_at": time.time() + 600,
+        "token": "bobs", "pid": os.getppid(), "client": socket.gethostname()}))
+    assert host_status(invoke, local_inventory)["lock"]["holder_gone"] is False
+    assert "no longer running" not in status_table(invoke, local_inventory)
+
+
+def test_a_passed_verdict_after_a_rollback_reads_spent_as_promote_sees_it(invoke, local_inventory, state_dir):
+    """promote refuses a rolled-back host; status must not present its passed verdict as promotable."""
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    write_verdict(state_dir, "20240101T000000Z-aaaaaa", "passed")
+    phase = json.loads((state_dir / "phase.json").read_text())
+    (state_dir / "phase.json").write_text(json.dumps({**phase, "phase": "rolled_back"}))
+
+    host = host_status(invoke, local_inventory)
+    assert host["verdict_spent"] == "rolled back since: promote needs a new passed shadow"
+    table = status_table(invoke, local_inventory)
+    (row,), _ = tables(table)
+    assert row[8] == "passed 20240101T000000Z-aaaaaa r1 (spent)"
+    assert ("host local: shadow run 20240101T000000Z-aaaaaa passed, but rolled back since: promote needs a new "
+            "passed shadow") in table.splitlines()
+
+
+def test_a_passed_verdict_of_the_phases_run_is_not_spent(invoke, local_inventory, state_dir):
+    write_phase(state_dir, "20240101T000000Z-aaaaaa")
+    write_verdict(state_dir, "20240101T000000Z-aaaaaa", "passed")
+    assert host_status(invoke, local_inventory)["verdict_spent"] is None
+
+
+def test_a_sandbox_host_is_labelled_in_the_table_and_the_json(invoke, tmp_path, local_inventory):
+    assert host_status(invoke, local_inventory)["sandbox"] is True
+    (row,), _ = tables(status_table(invoke, local_inventory))
+    assert row[0] == "local (SANDBOX)"
+    real = write_inventory(tmp_path / "real.yml", tmp_path, serving_kind="sglang", gpu_arch="sm_120")
+    assert host_status(invoke, real)["sandbox"] is False
+    (row,), _ = tables(status_table(invoke, real))
+    assert row[0] == "local"
+
+
+def test_status_off_a_terminal_keeps_tables_at_full_width(invoke, local_inventory, state_dir):
+    """A log gets every cell whole: no 80-column squeeze (no $COLUMNS, stdout not a terminal)."""
+    write_beat(state_dir, 0, release_id="r" * 40)
+    write_beat(state_dir, 1, release_id="r" * 40)
+    result = invoke("status", "-i", local_inventory, COLUMNS=None)
+    assert result.exit_code == 0, result.stderr
+    assert "r" * 40 in result.stdout and "…" not in result.stdout
+    assert max(map(len, result.stdout.splitlines())) > 80
+
+
+def test_status_watch_follows_until_ctrl_c_and_exits_0(tmp_path, local_inventory, state_dir):
+    """A real `cutover status --watch` in a log: one plain line per host per interval; Ctrl-C ends it cleanly."""
+    write_beat(state_dir, 0)
+    write_beat(state_dir, 1)
+    (tmp_path / "home").mkdir()
+    log = tmp_path / "watch.log"
+    process = Cli(tmp_path / "home", tmp_path / "releases", tmp_path).start(
+        "status", "--watch", "--interval", "0.5", "-i", local_inventory, log=log)
+    deadline = time.monotonic() + 120
+    while log.read_text().count("\n") < 2:
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "no two watch lines within 120 s"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0
+    *lines, last = log.read_text().splitlines()
+    assert len(lines) >= 2 and last == "stopped watching (Ctrl-C); nothing on the hosts was changed"
+    for line in lines:
+        assert line.endswith(" local (SANDBOX): phase idle | requested - | ranks 2/2 triton | release - | lease none | "
+                             "lock free | compared 0, rel L2 max - | verdict -"), line
+
+
+def test_taking_a_lock_whose_holder_died_says_who_can_take_it_over(local_inventory, state_dir):
+    dead_pid = write_lock_of_a_dead_holder(state_dir)
+    with pytest.raises(LockHeldError) as refused:
+        make_state(local_inventory).acquire_lock("stage")
+    assert refused.value.message.endswith(f"pid {dead_pid} on {socket.gethostname()} - that process is gone)")
+    assert refused.value.hint.startswith("its holder ended without releasing it: bob@elsewhere's next cutover command "
+                                         "takes it over; the lock expires at ")
+    taken = make_state(local_inventory, operator="bob@elsewhere").acquire_lock("stage")
+    assert taken.owner == "bob@elsewhere" and taken.pid == os.getpid()

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from checks.gates import RankObservation
 from checks.policy import load_policy
-from cutover.cli.shadow import _render
+from cutover.cli.shadow import _plain, _render
 from cutover.workflow.shadow import Progress
 from cutover.workflow.runstore import RunStore, run_meta
 
@@ -73,9 +73,20 @@ def test_live_progress_renders_every_rank_and_the_load():
         ranks=[RankObservation("h1", 0, 0.4, "shadow"), RankObservation("h1", 1, None, None, reason="no beat")],
         host_errors={},
         load={"h1": {"sent": 5, "ok": 4, "failed": 1, "skipped": 0, "last_error": "HTTP 500"}},
+        gauges=[("rel-L2 p99", 1.8e-3, 1e-2), ("rel-L2 max", 2.1e-3, 3e-2), ("non-finite", 0, 0),
+                ("truth error/allowed", None, 1.0)],
+        compared={"h1": (1200, 5000)},
+        leases_left_s={"h1": 24.6},
     )
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=300)
     console.print(_render(progress))
     text = console.export_text()
     assert "0:01:05 elapsed, 1:58:55 left" in text and "worst rel-L2 0.0021 (layer 7)" in text
     assert "no beat" in text and "sent 5 ok 4 failed 1" in text
+    assert ("gates: rel-L2 p99 0.0018 (gate 0.01) | rel-L2 max 0.0021 (gate 0.03) | non-finite 0 (gate 0) | "
+            "truth error/allowed - (gate 1) | compared per rank, slowest layer, against the minimum: h1 1200/5000 "
+            "(24%) | lease left: h1 25 s") in text
+    assert _plain(progress).endswith(" | truth samples 3 | gates: rel-L2 p99 0.0018 (gate 0.01) | rel-L2 max 0.0021 "
+                                     "(gate 0.03) | non-finite 0 (gate 0) | truth error/allowed - (gate 1) | compared "
+                                     "per rank, slowest layer, against the minimum: h1 1200/5000 (24%) | lease left: "
+                                     "h1 25 s")

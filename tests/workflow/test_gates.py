@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from checks.gates import RankObservation, StatsSummary, evaluate_shadow
+from checks.gates import RankObservation, StatsSummary, compared_progress, evaluate_shadow, gauges
 from checks.policy import load_policy
 from .stats_records import layer, record
 
@@ -274,3 +274,24 @@ def test_nonfinite_is_reported_before_the_sentinel_divergence_it_causes():
     verdict = evaluate_shadow(POLICY, summary, healthy_ranks(), 1.0, final=False)
     assert verdict.failures[0].gate == "nonfinite"
     assert verdict.reasons()[0].startswith("nonfinite: layer 3")
+
+
+def test_progress_gauges_give_each_gate_its_observed_value_and_threshold():
+    summary = summary_of(record({"0": layer([1e-3] * 99 + [2.5e-2], max_abs=0.1)}, truth=(TRUTH,)))
+    allowed = POLICY.truth_anchor_k * TRUTH["err_stock"] + POLICY.truth_anchor_floor
+    shown = {name: (seen, limit) for name, seen, limit in gauges(POLICY, summary)}
+    assert shown["rel-L2 max"] == (2.5e-2, POLICY.rel_l2_max)
+    assert shown["max abs"] == (0.1, POLICY.max_abs)
+    assert shown["non-finite"] == (0, POLICY.max_nonfinite)
+    assert shown["truth error/allowed"] == (pytest.approx(TRUTH["err_custom"] / allowed), 1.0)
+    p99, limit = shown["rel-L2 p99"]
+    assert 1e-3 <= p99 < 2.5e-2 and limit == POLICY.rel_l2_p99  # the 99th of 100 calls, not the worst
+    assert {name: seen for name, seen, _ in gauges(POLICY, summary_of())} == {
+        "rel-L2 p99": None, "rel-L2 max": None, "max abs": None, "non-finite": 0, "truth error/allowed": None}
+
+
+def test_compared_progress_is_each_hosts_slowest_rank_and_layer_against_its_share():
+    records = rank_records(compared=4000, layers=("0", "1"))
+    records[1]["layers"]["1"] = layer([2e-3] * 700)  # rank 1 lags in layer 1
+    progress = compared_progress(POLICY, summary_of(*records), healthy_ranks(2))
+    assert progress == {"h1": (700, math.ceil(POLICY.min_compared_calls / 2))}

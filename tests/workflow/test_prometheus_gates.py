@@ -71,7 +71,7 @@ def prometheus_url(tmp_path_factory):
     sandbox_port, prometheus_port = free_port(), free_port()
     sandbox = [sys.executable, "-m", "cutover.sandbox"]
     stage_test_release(paths)
-    atomic_write_text(paths.control, armed_record("shadow", 1, lease_s=900.0)  # the longest lease a rank obeys.to_json())
+    atomic_write_text(paths.control, armed_record("shadow", 1, lease_s=900.0).to_json())  # the longest lease obeyed
     up = subprocess.run(sandbox + ["up", "--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root,
                                    "--port", str(sandbox_port), "--ranks", "2", "--layers", "3",
                                    "--step-interval", "0.2"], capture_output=True, text=True, timeout=240)

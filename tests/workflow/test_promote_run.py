@@ -2,10 +2,14 @@
 baseline says what the watch cannot check, a failure recording the promotion rolls the host back, and a rank back
 on another serving stack after the promote runs triton."""
 
+import http.server
 import json
+import re
+import threading
 import time
 
 import pytest
+import yaml
 
 from checks.policy import load_policy
 from cutover.config import Inventory, Settings
@@ -13,6 +17,8 @@ from cutover.errors import GateFailedError, PhaseError
 from cutover.hostprotocol.hostlayout import read_heartbeat
 from cutover.workflow.observe import HostLink
 from cutover.workflow.promote import PromoteOptions, plan_promotion, run_promote, unchecked_watch_checks
+from cutover.workflow.report import write_report
+from cutover.workflow.runstore import RunStore, run_meta
 
 from .hostfiles import local_host, write_control, write_phase, write_verdict
 from .serving import LocalServer
@@ -113,3 +119,80 @@ def test_a_promoted_rank_restarted_on_another_serving_stack_runs_triton_and_prom
             plan_promotion([HostLink(host, SETTINGS)], False, load_policy(tmp_path / "policy.yml"))
     finally:
         server.stop()
+
+
+class MetricsFront:
+    """A stand-in for the serving process's HTTP front (no model server exists here): /health answers 200 and
+    /metrics serves the verify steps the ranks' heartbeats count, as the sandbox server renders them."""
+
+    def __init__(self, host):
+        def metrics() -> str:
+            beats = [read_heartbeat(host.paths.heartbeat(rank)) for rank in range(host.tp_size)]
+            steps = sum(beat.counters.get("verify_steps", 0) for beat in beats)
+            return f"cutover_verify_steps_total {steps}\ncutover_errors_total 0\ncutover_nonfinite_total 0\n"
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server interface
+                body = (metrics() if self.path == "/metrics" else "ok").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path):
+    """`cutover promote` in a log: one line per probe with the countdown, health, the verify rate against the
+    shadow baseline and its rollback floor, new error counts and the lease."""
+    host = local_host(tmp_path, "h1")
+    write_phase(host, "shadow_passed", run_id=RUN)
+    write_control(host)
+    server = LocalServer(host, traffic=True)
+    front = MetricsFront(host)
+    try:
+        write_verdict(host, RUN, baseline={"verify_rate": 0.01}, stacks=server.stacks)
+        inventory = tmp_path / "inventory.yml"
+        served = {**host.vars, "serving_port": front.port, "serving_restart_command": "true"}
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": {"h1": served}}}))
+        policy = tmp_path / "policy.yml"
+        policy.write_text("promote:\n  probe_interval_s: 0.5\n")
+        store = RunStore(tmp_path / "reports", RUN)  # the shadow run, kept on this machine
+        store.save_run(run_meta(RUN, "rel-a", {"h1": 1}, time.time() - 60, load_policy(), 1, ["reference (no GPU)"]))
+        result = cli("promote", "-i", inventory, "--policy", policy, "--watch-minutes", "0.05", "--lease-ttl", "6",
+                     "--reports-dir", tmp_path / "reports")
+    finally:
+        front.stop()
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    ticks = [line for line in result.stdout.splitlines() if line.startswith("h1: watch ")]
+    assert len(ticks) >= 5, result.stdout
+    assert ticks[0].startswith("h1: watch 0:00 of 0:03, 0:03 left | health ok, failed in a row 0/3 | verify rate - "
+                               "vs shadow 0.01/s (rollback below 0.01) | new errors -, new non-finite - (allowed 0) "
+                               "| lease 6 s left")
+    pattern = re.compile(r"h1: watch 0:0\d of 0:03, 0:0\d left \| health ok, failed in a row 0/3 \| verify rate "
+                         r"(\d+\.\d\d)/s vs shadow 0\.01/s \(rollback below 0\.01\) \| new errors 0, new non-finite 0 "
+                         r"\(allowed 0\) \| lease \d s left")
+    rated = [pattern.fullmatch(line) for line in ticks[3:]]
+    assert all(rated), ticks
+    assert all(float(match.group(1)) > 0 for match in rated)
+    assert "h1: promoted (custom, leaseless) with release rel-a" in result.stdout
+    before = re.search(r"^h1: verify steps/s on Triton before the flip: (\d+\.\d\d) \(shadow baseline 0\.01\)$",
+                       result.stdout, re.MULTILINE)
+    assert before and float(before.group(1)) > 0, result.stdout
+
+    report = write_report(store)  # the shadow run's report covers the watch that relied on it
+    text = report.markdown.read_text()
+    assert "## Promote watch (after this run passed)" in text
+    row = (r"\| h1 \| promoted: watch passed \| 3 of 3 s \| (\d+(\.\d+)?) \| 0\.01 \| \d+(\.\d+)? \| 0\.005 \| 0 "
+           r"\| 0 \|")
+    assert re.search(row, text), text
+    assert "promote_watch.png" in {path.name for path in report.plots}

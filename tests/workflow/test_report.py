@@ -135,3 +135,55 @@ def test_a_run_without_recorded_offsets_says_its_times_are_the_hosts(tmp_path):
     files = write_report(store)
     assert "times: each host's own clock (this run recorded no clock offsets)" in files.markdown.read_text()
     assert json.loads(files.json.read_text())["series"]["compared"][0][0] == 0
+
+
+def test_the_verdict_gives_each_gate_its_observed_value_beside_its_threshold(tmp_path):
+    text = write_report(stored_run(tmp_path)).markdown.read_text()
+    assert "| gate | observed | threshold | |" in text
+    assert "| rel-L2 max | 0.4 | <= 0.03 | **over** |" in text
+    assert "| non-finite | 0 | <= 0 | ok |" in text
+    short = ">= 10000 per rank (10000 per host) | **short** |"
+    assert f"| compared calls, h1 (slowest rank and layer) | 10 | {short}" in text
+    assert f"| compared calls, h2 (slowest rank and layer) | 0 | {short}" in text  # layer 17 never ran there
+    assert "| duration | 5 s | >= 3600 s | **short** |" in text
+
+
+def test_the_baseline_is_a_table_not_json(tmp_path):
+    text = write_report(stored_run(tmp_path)).markdown.read_text()
+    assert "| host | verify steps/s | errors/s | accept length | probes | note |" in text
+    assert "| h1 | 12.5 | - | - | - |  |" in text
+    assert '{"verify_rate"' not in text
+
+
+def test_p99_is_the_bucket_that_holds_it_not_simply_the_max(tmp_path):
+    """4 buckets a decade: calls between 2.2e-3 and 2.4e-3 share the bucket [1.78e-3, 3.16e-3), so the p99's upper
+    bound is the max; a layer whose top 1 % sits apart shows a p99 below its max."""
+    store = RunStore(tmp_path, "20261129T000000Z-p99p99")
+    store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3}, START, load_policy(), 1, ["reference (no GPU)"]))
+    narrow = [2.2e-3 + i * 2e-6 for i in range(100)]
+    spread = [1e-4] * 99 + [2.4e-3]
+    store.append_stats("h1", 0, record({"0": layer(narrow), "1": layer(spread)}, ts=START))
+    files = write_report(store)
+    rows = {row["layer"]: row for row in json.loads(files.json.read_text())["layers"]}
+    assert rows["0"]["rel_l2_p99"] == rows["0"]["rel_l2_max"] == max(narrow)
+    assert rows["0"]["rel_l2_p99_low"] == pytest.approx(10 ** -2.75)
+    assert rows["1"]["rel_l2_p99"] == pytest.approx(10 ** -3.75) and rows["1"]["rel_l2_max"] == 2.4e-3
+    text = files.markdown.read_text()
+    assert "| 0 | 100 | 0.00178 - 0.0024 | 0.0024 |" in text
+    assert "| 1 | 100 | 0.0001 - 0.000178 | 0.0024 |" in text
+
+
+def test_a_sandbox_run_is_labelled_and_compared_calls_are_per_rank_in_the_slowest_layer(tmp_path):
+    store = RunStore(tmp_path, "20261129T000000Z-sandbx")
+    store.save_run(run_meta(store.run_id, "rel-a", {"local": 3}, START, load_policy(), 1, ["reference (no GPU)"],
+                            sandbox_hosts=["local"]))
+    for second in range(3):
+        store.append_stats("local", 0, record({"0": layer([1e-3] * 4), "1": layer([1e-3] * 2)}, ts=START + second))
+        store.append_stats("local", 1, record({"0": layer([1e-3] * 3), "1": layer([1e-3] * 3)}, ts=START + second,
+                                              rank=1))
+    files = write_report(store)
+    text = files.markdown.read_text()
+    assert text.startswith(f"# Shadow run {store.run_id}: NO VERDICT (run still going or interrupted) (SANDBOX)\n\n"
+                           "**SANDBOX: a stand-in for SGLang, not a model.**\n")
+    series = json.loads(files.json.read_text())["series"]
+    assert series["slowest_compared"] == {"local": [[0, 2], [1, 4], [2, 6]]}  # rank 0, layer 1
