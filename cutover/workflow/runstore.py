@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -113,8 +114,12 @@ class RunStore:
         """The promote watch's records of this run (none when no promote ran from this machine)."""
         if not self.promote_file.exists():
             return []
+        records = []
         with open(self.promote_file, errors="replace") as lines:
-            return [record for record in map(_json_object, lines) if record is not None]
+            for line in lines:
+                with contextlib.suppress(ValueError):  # a line cut short is left out
+                    records.append(load_record(line, "promote record"))
+        return records
 
     def save_verdict(self, record: VerdictRecord) -> None:
         atomic_write_text(str(self.verdict_file), record.to_json())
