@@ -19,7 +19,7 @@ from cutover.plugin.dispatch import MIN_POSITIONAL_ARGS, VerifyDispatcher, verif
 from cutover.sandbox.backend import StandInBackend, StandInForwardBatch, StandInLayer, StandInModelRunner
 from kernel_ext.reference import reference_extend_attention_fwd
 from kernel_ext.testing import make_verify_batch
-from tests.plugin.conftest import TEST_RELEASE
+from armed import TEST_RELEASE
 
 RELEASE = TEST_RELEASE
 
