@@ -292,6 +292,6 @@ def test_progress_gauges_give_each_gate_its_observed_value_and_threshold():
 
 def test_compared_progress_is_each_hosts_slowest_rank_and_layer_against_its_share():
     records = rank_records(compared=4000, layers=("0", "1"))
-    records[1]["layers"]["1"] = layer([2e-3] * 700)  # rank 1 lags in layer 1
+    records[1] = record({"0": layer([2e-3] * 2000), "1": layer([2e-3] * 700)}, rank=1)  # rank 1 lags in layer 1
     progress = compared_progress(POLICY, summary_of(*records), healthy_ranks(2))
     assert progress == {"h1": (700, math.ceil(POLICY.min_compared_calls / 2))}
