@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from cutover.hostprotocol.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
 
 WORST_LAYERS_PLOTTED = 8
+TRUTH_SOURCE_NAMES = {"graph": "CUDA-graph-replayed", "eager": "eager"}  # a truth sample's "source"
 
 
 @dataclass
@@ -97,7 +98,16 @@ def _clock_line(meta: dict) -> str:
     return f"times: seconds since the start on the operator's clock; host clocks ahead of it by {shown}"
 
 
-def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped: int) -> str:
+def truth_sources(samples: list[dict]) -> str:
+    """How many float64-anchored samples came from which kind of call (graph-replayed, eager)."""
+    counts = Counter(sample.get("source", "eager") for sample in samples)
+    parts = ", ".join(f"{counts[source]} from {TRUTH_SOURCE_NAMES.get(source, source)} calls"
+                      for source in sorted(counts))
+    return f"truth anchor: {len(samples)} float64-anchored sample(s)" + (f" ({parts})" if parts else "")
+
+
+def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped: int,
+              truth: list[dict] | None = None) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
     lines = [
         f"# Shadow run {meta['run_id']}: {outcome}",
@@ -112,6 +122,7 @@ def _markdown(meta: dict, verdict, rows: list[dict], files: ReportFiles, skipped
         f"* policy: `{meta['policy']['source']}`; sample rate: every {meta['sample_rate']} verify call(s)",
         f"* kernel computing the custom path: {', '.join(meta.get('kernels') or ['unknown'])}",
         f"* {_clock_line(meta)}",
+        f"* {truth_sources(truth or [])}",
         "",
         "## Verdict",
         "",
@@ -227,5 +238,6 @@ def write_report(store: RunStore) -> ReportFiles:
         "unreadable_stats_lines": store.unreadable_lines,
     }
     atomic_write_text(str(files.json), jsonout.dumps(document, indent=2, sort_keys=True))
-    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, files, store.unreadable_lines))
+    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, files, store.unreadable_lines,
+                                                        series["truth"]))
     return files
