@@ -26,7 +26,7 @@
 namespace cutover {
 
 constexpr int kSnapThreads = 512;
-constexpr int kSnapBlocks = 16;
+constexpr int kSnapBlocks = 32;
 constexpr int kSnapQkChunks = 576 * 2 / 16;  // 16-byte chunks of a q / k row
 constexpr int kSnapVChunks = 512 * 2 / 16;   // of a v / o row
 constexpr long long kSnapLow20 = (1LL << 20) - 1;  // the layer + 1 of an arm token; a ticket's count
@@ -244,10 +244,7 @@ __device__ void snapshot_describe(const SnapshotArgs& a, const SnapPlan& p, long
 }
 
 // Launched as a programmatic dependent of the kernel before it (the shadow epilogue): it waits for it at entry.
-// It lets the kernel after it launch at once (that one waits for this grid before it touches anything, as the
-// library's gate does), so only the blocks' arm check stays on the stream's path when unarmed.
 __global__ void __launch_bounds__(kSnapThreads, 1) snapshot_kernel(const SnapshotArgs a) {
-  grid_dependency_release();
   grid_dependency_wait();
   volatile long long* header = a.header;
   const long long token = header[CUTOVER_SNAP_ARM];
