@@ -420,9 +420,10 @@ def _ranks_by_host(ranks: list[RankObservation]) -> dict[str, list[int]]:
 
 
 TRUTH_SAMPLES_HINT = (
-    "the plugin audits only verify calls SGLang runs eagerly (batches above --cuda-graph-max-bs; graph replays "
-    "never reach Python) whose inputs fit 64 MiB (about 58k prefix tokens per call); to get samples, shadow "
-    "while one server runs some verify batches eagerly (a lower --cuda-graph-max-bs)"
+    "each rank snapshots about one shadow-sampled verify call per second, graph-replayed or eager, and only the "
+    "requests of a call that fit its 64 MiB staging area (about 58k prefix tokens for the first request); a run "
+    "without samples had no shadow-sampled traffic, or only calls whose first request is larger (the heartbeat's "
+    "errors and the rank's log say if the snapshots were turned off)"
 )
 
 

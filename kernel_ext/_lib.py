@@ -25,6 +25,13 @@ DTYPE_INT32, DTYPE_INT64, DTYPE_UINT8, DTYPE_BF16, DTYPE_FP32 = 1, 2, 3, 4, 5
  COUNTER_SAMPLE_BAD_O, COUNTER_COMPARED, COUNTER_REL_L2_MAX, COUNTER_MAX_ABS, COUNTER_HIST) = range(10)
 NONFINITE_SENTINEL = 1.0e30  # CUTOVER_NONFINITE_SENTINEL
 SHADOW_WORKSPACE_BYTES = 4352  # CUTOVER_SHADOW_WORKSPACE_BYTES: one layer's shadow_accumulate workspace
+# The snapshot staging header (CUTOVER_SNAPSHOT_HEADER_WORDS int64 words, CutoverSnapshotWord indices)
+SNAPSHOT_HEADER_WORDS = 64
+SNAPSHOT_FORMAT = 1
+(SNAP_ARM, SNAP_WRITING, SNAP_COMPLETED, SNAP_TICKET, SNAP_FORMAT, SNAP_LAYER, SNAP_CALL, SNAP_FROM_GRAPH, SNAP_BATCH,
+ SNAP_KEPT, SNAP_TOKENS, SNAP_TOKENS_TOTAL, SNAP_ROWS, SNAP_ROWS_TOTAL, SNAP_MASK_BYTES, SNAP_HEADS, SNAP_MAX_EXTEND,
+ SNAP_IS_CAUSAL, SNAP_SM_SCALE, SNAP_K_SCALE, SNAP_V_SCALE, SNAP_OFF_QO_INDPTR, SNAP_OFF_KV_INDPTR, SNAP_OFF_MASK,
+ SNAP_OFF_Q, SNAP_OFF_K_EXTEND, SNAP_OFF_V_EXTEND, SNAP_OFF_O, SNAP_OFF_O_ALT, SNAP_OFF_KV, SNAP_END) = range(31)
 
 
 class KernelLibraryError(RuntimeError):
@@ -127,6 +134,10 @@ class KernelLibrary:
             [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
             + [ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
                ctypes.c_void_p, ctypes.c_void_p])
+        self.has_snapshot = hasattr(lib, "cutover_verify_snapshot")  # absent from libraries built before it
+        if self.has_snapshot:
+            lib.cutover_verify_snapshot.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p, ctypes.c_int32,
+                                                    ctypes.c_int32, ctypes.c_void_p]
         found = lib.cutover_abi_version()
         if found != ABI_VERSION:
             raise KernelLibraryError(
@@ -165,6 +176,15 @@ class KernelLibrary:
         """Enqueue one call; returns the status code (the caller decides what a code means)."""
         params.struct_size = ctypes.sizeof(VerifyParams)
         return self._lib.cutover_verify_attention(ctypes.byref(params), ctypes.c_void_p(stream))
+
+    def verify_snapshot(self, params: VerifyParams, gate_state: int, layer: int, from_graph: bool,
+                        stream: int) -> int:
+        """Enqueue the gated snapshot of one call (params.workspace = the staging area); returns the status code."""
+        if not self.has_snapshot:
+            raise KernelLibraryError(f"kernel library {self.path} has no cutover_verify_snapshot: rebuild it")
+        params.struct_size = ctypes.sizeof(VerifyParams)
+        return self._lib.cutover_verify_snapshot(ctypes.byref(params), gate_state, layer, int(from_graph),
+                                                 ctypes.c_void_p(stream))
 
     def verify_gate(self, gate_state: int, qo_indptr: int, qo_indptr_gated: int, n: int, is_int64: bool,
                     custom_enable: int, stream: int) -> None:

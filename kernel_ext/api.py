@@ -7,6 +7,7 @@ nothing here synchronises the device, so the call can be captured into a CUDA gr
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -62,7 +63,7 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                      window_kv_offsets=None, xai_temperature_len=-1, lse_extend=None, skip_prefix=False,
                      skip_extend=False, page_size=1, score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
                      identity_kv_indices=False, *, enable=None, o_alt=None, workspace=None, early_start=False,
-                     **extra_kwargs) -> bool:
+                     snapshot_of=None, **extra_kwargs) -> bool:
     """Tree-masked MLA verify attention into `o_extend`; True if served, False if the caller must fall back.
 
     N = total draft tokens, B = batch (qo_indptr.numel() - 1), H = heads, T = max_len_extend (draft tokens per
@@ -90,6 +91,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                  captured launch thus serves both the custom mode and the shadow samples.
     workspace    optional uint8 device tensor of at least `workspace_bytes(...)` bytes; otherwise one is taken
                  from torch's caching allocator (graph-pool safe).
+    snapshot_of  (verify_snapshot's) a _SnapshotLaunch: launch the gated snapshot of this call instead of the
+                 attention; `workspace` is then the staging area.
     early_start  True: the kernel may start while the kernel enqueued just before it still runs, and plan from
                  the index tensors (qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr) and device scales
                  meanwhile. Only when those were complete before that kernel started: not written by it nor by a
@@ -197,7 +200,8 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     if ks is None or vs is None:
         return False
     num_sms = _sm_count(dev_index)
-    need = lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index)
+    need = (SNAPSHOT_HEADER_BYTES if snapshot_of is not None
+            else lib.workspace_bytes(batch, heads, max_len_extend, num_sms, TILE_CONFIG, dev_index))
     if workspace is None:
         workspace = torch.empty(need, dtype=torch.uint8, device=device)
     elif workspace.dtype != torch.uint8 or workspace.numel() < need or not workspace.is_contiguous():
@@ -227,15 +231,55 @@ def verify_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     p.workspace, p.workspace_bytes = workspace.data_ptr(), workspace.numel()
     p.num_sms, p.config = num_sms, TILE_CONFIG
     p.early_start = int(early_start)
-    code = _on_device(dev_index, lambda: lib.verify_attention(p, torch.cuda.current_stream(device).cuda_stream))
+    stream = torch.cuda.current_stream(device).cuda_stream
+    if snapshot_of is not None:
+        code = _on_device(dev_index, lambda: lib.verify_snapshot(p, snapshot_of.gate_state.data_ptr(),
+                                                                 snapshot_of.layer, snapshot_of.from_graph, stream))
+    else:
+        code = _on_device(dev_index, lambda: lib.verify_attention(p, stream))
     if code == _lib.OK:
         return True
     if code == _lib.ERR_UNSUPPORTED:
         return False
-    message = f"cutover_verify_attention: {lib.last_error()}"
+    message = f"cutover_verify_{'snapshot' if snapshot_of is not None else 'attention'}: {lib.last_error()}"
     if code == _lib.ERR_INVALID_ARGUMENT:
         raise ValueError(message)
     raise _lib.KernelCallError(code, message)
+
+
+SNAPSHOT_HEADER_BYTES = _lib.SNAPSHOT_HEADER_WORDS * 8
+
+
+@dataclasses.dataclass(frozen=True)
+class _SnapshotLaunch:
+    gate_state: torch.Tensor
+    layer: int
+    from_graph: bool
+
+
+def verify_snapshot(*call_args, o_alt, enable, gate_state, staging, layer: int, from_graph: bool,
+                    **call_kwargs) -> bool:
+    """The gated snapshot of one verify call, one launch on the current stream (CUDA-graph capturable).
+
+    ``call_args`` / ``call_kwargs``: the call's SGLang arguments, with ``o_extend`` = stock's output; ``o_alt``
+    = ours (the shadow scratch) and ``enable`` = the gate's {serve, sample} flags, as the call's
+    ``verify_attention`` had them. ``gate_state`` = the layer's gate row (int32 [4]); ``staging`` = a contiguous
+    uint8 device tensor (16-byte aligned; its first ``SNAPSHOT_HEADER_BYTES`` the header, zero-filled once).
+    The launch exits at once unless the header's arm word names ``layer`` and enable[1] is set; armed, it copies
+    the call into the staging area (the header layout: CutoverSnapshotWord in csrc/cutover_verify.h; reader:
+    cutover.plugin.snapshot). Returns False where ``verify_attention`` would not serve the call.
+    """
+    if not isinstance(gate_state, torch.Tensor) or gate_state.dtype != torch.int32 or gate_state.numel() < 4 \
+            or not gate_state.is_contiguous():
+        raise ValueError("gate_state must be a contiguous int32 tensor of 4 elements (the layer's gate row)")
+    if o_alt is None or enable is None:
+        raise ValueError("verify_snapshot needs o_alt (our output) and enable (the gate's flags)")
+    if not isinstance(staging, torch.Tensor) or staging.data_ptr() % 16:
+        raise ValueError("staging must be a 16-byte aligned uint8 device tensor")
+    if not 0 <= layer < (1 << 20) - 1:
+        raise ValueError(f"layer must be in 0 .. {(1 << 20) - 2}, got {layer}")
+    return verify_attention(*call_args, o_alt=o_alt, enable=enable, workspace=staging,
+                            snapshot_of=_SnapshotLaunch(gate_state, layer, bool(from_graph)), **call_kwargs)
 
 
 def _device_index(device: torch.device) -> int:

@@ -1,9 +1,10 @@
 """Off-hot-path audit of sampled shadow calls: the float64 truth anchor and the worst-call captures.
 
-At most one call per ``interval_s`` is snapshotted (only eager calls: a captured graph cannot hand its
-inputs to Python), and only when it was really a shadow sample. A background thread then computes each
-kernel's relative L2 error against ``reference_verify_attention`` in float64 (the ``truth`` list of the next
-stats line) and keeps the snapshot in the capture store if its custom-vs-stock divergence is among the worst.
+Snapshots come two ways: ``offer`` copies at most one sampled eager call per ``interval_s`` from Python, and
+``submit`` takes the device snapshots of ``cutover.plugin.snapshot`` (graph-replayed calls, and eager ones alike).
+A background thread then computes each kernel's relative L2 error against ``reference_verify_attention`` in
+float64 (the ``truth`` list of the next stats line, each sample with its ``source``: "eager" or "graph") and keeps
+the snapshot in the capture store if its custom-vs-stock divergence is among the worst.
 """
 
 from __future__ import annotations
@@ -79,8 +80,13 @@ class Audit:
             self.skipped_too_large += 1
             return
         capture = snapshot_call(args, kwargs, o_stock, o_custom)
-        capture.update(layer=layer, rank=self.rank, ts=time.time(), kernel=self.kernel_label,
-                       stock_kernel=stock_name, release_id=self.release_id)
+        capture.update(layer=layer, stock_kernel=stock_name, source="eager")
+        self.submit(capture)
+
+    def submit(self, capture: dict) -> None:
+        """Queue a snapshot (capture format, with layer, stock_kernel and source) for the audit thread; dropped
+        when two are already waiting."""
+        capture.update(rank=self.rank, ts=time.time(), kernel=self.kernel_label, release_id=self.release_id)
         try:
             self._queue.put_nowait(capture)
         except queue.Full:
@@ -116,7 +122,7 @@ class Audit:
         capture["truth"] = {"err_custom": err_custom, "err_stock": err_stock}
         with self._lock:
             self._truth.append({"layer": capture["layer"], "err_custom": _json_float(err_custom),
-                                "err_stock": _json_float(err_stock)})
+                                "err_stock": _json_float(err_stock), "source": capture.get("source", "eager")})
         self.store.save(capture)
 
 

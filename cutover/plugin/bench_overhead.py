@@ -7,8 +7,11 @@ kernel, bare CUDA kernel, and the plugin's dispatch in triton (idle), shadow (sa
 The calls cycle through scattered KV index sets as ``kernel_ext.bench``'s do (``rotation_sets``: each cycle touches
 max(512 MB, 4 x L2) of KV rows), so the L2 cache does not serve a small shape's repeated calls; a graph holds one
 cycle, and at least ``CALLS_PER_GRAPH`` calls. Reported per call: median replay time / calls, and the overheads
-idle - stock, custom - bare custom, shadow - (stock + bare custom). Writes ``plugin_overhead.json`` and
-``plugin_overhead.md`` under --out and prints the table. GPU only.
+idle - stock, custom - bare custom, shadow - (stock + bare custom). The gated truth-anchor snapshot
+(cutover/plugin/snapshot.py) is measured apart: the plugin's graph is captured a second time without the snapshot
+launch, and each mode's time with it minus without it is the unarmed snapshot's cost per call and layer; the armed
+cost is a shadow replay with layer 0 armed (its first call snapshots) minus an unarmed one, per snapshot. Writes
+``plugin_overhead.json`` and ``plugin_overhead.md`` under --out and prints the table. GPU only.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 
 import torch
 
+from kernel_ext import _lib
 from kernel_ext.bench import parse_shapes, rotating, rotation_sets
 from kernel_ext.reference import MLA_QK_DIM
 
@@ -66,6 +70,26 @@ def _time_us(graph, reps: int, calls: int) -> float:
     return replay_ms(graph, reps, calls) * 1000.0
 
 
+def _armed_graph_us(graph, runtime, reps: int) -> float:
+    """Median microseconds of one replay of `graph` with layer 0 armed before it (the arming itself not timed)."""
+    import statistics
+
+    from kernel_ext.cudagraph import BUSY_CYCLES
+
+    times = []
+    for _ in range(reps):
+        runtime.snapshots.staging.arm(0)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(BUSY_CYCLES)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    runtime.snapshots.staging.write_arm(0)
+    return statistics.median(times) * 1000.0
+
+
 def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     import kernel_ext
     from cutover.plugin.dispatch import verify_site
@@ -89,15 +113,37 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
     row["stock_us"] = timed(stock)
     row["custom_bare_us"] = timed(lambda *args: kernel_ext.verify_attention(*args, workspace=workspace))
     switch_mode(runtime, paths, "triton", next(generations))
+    runtime.snapshots.disabled = "captured without the snapshot launch (the benchmark's baseline)"
+    graph_without = capture_graph(rotating(batch, plugin_call), calls)
+    runtime.snapshots.disabled = ""
     graph = capture_graph(rotating(batch, plugin_call), calls)  # one capture serves every mode
     for mode in ("triton", "shadow", "custom"):
         switch_mode(runtime, paths, mode, next(generations))
         row[f"plugin_{mode}_us"] = _time_us(graph, reps, calls)
+        row[f"plugin_{mode}_without_snapshot_us"] = _time_us(graph_without, reps, calls)
+        row[f"snapshot_unarmed_{mode}_us"] = row[f"plugin_{mode}_us"] - row[f"plugin_{mode}_without_snapshot_us"]
+        if mode == "shadow":
+            row["snapshot_armed_us"] = _armed_graph_us(graph, runtime, reps) - row["plugin_shadow_us"] * calls
+            row["snapshot_requests_kept"] = runtime.snapshots.staging.read_header()[_lib.SNAP_KEPT]
     row["idle_overhead_us"] = row["plugin_triton_us"] - row["stock_us"]
     row["custom_overhead_us"] = row["plugin_custom_us"] - row["custom_bare_us"]
     row["shadow_overhead_us"] = row["plugin_shadow_us"] - row["stock_us"] - row["custom_bare_us"]
     row["custom_speedup_vs_stock"] = row["stock_us"] / row["plugin_custom_us"]
     return row
+
+
+def snapshot_markdown(rows: list[dict]) -> str:
+    """The gated snapshot's cost per call and layer (unarmed, each mode) and per armed snapshot."""
+    lines = ["Gated truth-anchor snapshot: unarmed cost per call and layer (with - without the launch), armed cost "
+             "per snapshot (armed replay - unarmed replay)", "",
+             "| H | T | batch | prefix | unarmed triton us | unarmed shadow us | unarmed custom us | armed us | "
+             "requests kept |", "|" + "---|" * 9]
+    for r in rows:
+        lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | "
+                     f"{r['snapshot_unarmed_triton_us']:+.2f} | {r['snapshot_unarmed_shadow_us']:+.2f} | "
+                     f"{r['snapshot_unarmed_custom_us']:+.2f} | {r['snapshot_armed_us']:.1f} | "
+                     f"{r['snapshot_requests_kept']} of {r['batch']} |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows: list[dict], device_name: str, dispatch: str) -> str:
@@ -144,14 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     device_name = torch.cuda.get_device_name()
     dispatch = ("gate (early start after the kernel before it) + one custom launch (output chosen on the device; "
                 "early start after the gate) + stock + fused epilogue (kernel_ext.shadow_accumulate; early start "
-                "after stock)")
+                "after stock) + gated snapshot (kernel_ext.verify_snapshot; early start after the epilogue)")
     os.makedirs(args.out, exist_ok=True)
     document = {"device": device_name, "torch": torch.__version__, "stock_module": stock_module,
                 "min_calls_per_graph": CALLS_PER_GRAPH, "reps": args.reps, "abi_version": kernel_ext.ABI_VERSION,
                 "dispatch": dispatch, "rows": rows}
     with open(os.path.join(args.out, "plugin_overhead.json"), "w") as handle:
         json.dump(document, handle, indent=2)
-    table = markdown(rows, device_name, dispatch)
+    table = markdown(rows, device_name, dispatch) + "\n" + snapshot_markdown(rows)
     with open(os.path.join(args.out, "plugin_overhead.md"), "w") as handle:
         handle.write(table)
     print(table)

@@ -11,6 +11,9 @@ whatever the mode (so one captured graph serves every mode):
     stock(qo_indptr_gated)           SGLang's kernel; an empty extend (custom mode) does no work
     epilogue(o, scratch, enable)     one launch: counts the call; with a flag set, accounts the layer's device
                                      counters (shadow: divergence; custom: o's finiteness), else exits at once
+    snapshot(...)                    one launch: copies the call into the staging area when the control thread
+                                     armed this layer and the call is a shadow sample, else exits at once
+                                     (cutover/plugin/snapshot.py; the truth anchor of graph-replayed calls)
 
 If our kernel does not serve the call shape (returns False: a static decision made from shapes, dtypes and
 flags, hence the same at capture and at every replay), stock runs with the real qo_indptr and nothing else
@@ -25,9 +28,8 @@ import contextlib
 import contextvars
 import logging
 
-import torch
-
 from cutover.plugin.kernels import O_INDEX, QO_INDPTR_INDEX, replace_arg
+from cutover.plugin.snapshot import replayed_from_graph
 
 log = logging.getLogger("cutover.plugin")
 
@@ -48,10 +50,6 @@ def verify_site(layer_id: int | None):
 
 def current_verify_layer() -> int | None:
     return _verify_layer.get()
-
-
-def _is_capturing(tensor: torch.Tensor) -> bool:
-    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class VerifyDispatcher:
@@ -97,7 +95,8 @@ class VerifyDispatcher:
             return self.stock(*args, **kwargs)
         result = self.stock(*replace_arg(args, QO_INDPTR_INDEX, gated), **kwargs)
         kernels.epilogue(o, scratch, slots.enable, slots.counters, runtime.state.bin_edges, slots.epilogue_workspace)
-        if runtime.control.mode_active == "shadow" and not _is_capturing(o):
+        runtime.snapshot_call(layer, slots, args, kwargs, o, scratch, self.stock_name)
+        if runtime.control.mode_active == "shadow" and not replayed_from_graph(o):
             try:
                 runtime.audit.offer(layer, args, kwargs, o, scratch, slots.sample, self.stock_name)
             except Exception as exc:  # noqa: BLE001 - the truth anchor never fails a served step

@@ -20,6 +20,7 @@ from cutover.plugin.dispatch import VerifyDispatcher
 from cutover.plugin.hooks import refusal_reason, sglang_version
 from cutover.plugin.kernels import CUDA_LABEL, REFERENCE_LABEL, KernelUnavailable, select_kernels
 from cutover.plugin.metrics import rank_metrics
+from cutover.plugin.snapshot import GraphSnapshots
 from cutover.plugin.stats import StatsDrain
 from cutover.servingstack import serving_stack
 
@@ -77,6 +78,7 @@ class PluginRuntime:
                            interval_s=audit_interval_s)
         self.stats = StatsDrain(paths.stats_file(rank), rank)
         self.metrics = rank_metrics(paths.state_dir, self.host, rank)
+        self.snapshots = GraphSnapshots(self.device, self.audit, interval_s=audit_interval_s) if self.active else None
         self.problems: dict[str, int] = {}
         self.fallback_shapes: set[tuple] = set()
         loop_args = {} if poll_s is None else {"poll_s": poll_s}
@@ -127,6 +129,18 @@ class PluginRuntime:
         if self.active:
             self.refuse(refusal_reason(problem))
 
+    def snapshot_call(self, layer: int, slots, args, kwargs, o, scratch, stock_name: str) -> None:
+        """The gated device snapshot of a served verify call (cutover/plugin/snapshot.py); a failure turns the
+        snapshots off for this process (noted), never the call."""
+        snapshots = self.snapshots
+        if snapshots is None or snapshots.disabled:
+            return
+        try:
+            snapshots.launch(layer, slots, args, kwargs, o, scratch, stock_name)
+        except Exception as exc:  # noqa: BLE001 - the truth anchor never fails a served step
+            snapshots.disabled = f"the snapshot launch raised {type(exc).__name__}: {exc}"
+            self.note_problem(f"graph truth-anchor snapshots off: {snapshots.disabled}")
+
     def note_fallback_shape(self, shape: tuple, dtype) -> None:
         key = (shape, str(dtype))
         if key not in self.fallback_shapes:
@@ -169,9 +183,10 @@ class PluginRuntime:
                  self.control.state.generation_seen, f": {decision.reason}" if decision.reason else "")
 
     def _tick(self, state: ControlState, decision: Decision) -> None:
-        """Drain when due, then heartbeat: the heartbeat is written whatever the drain did."""
+        """Take graph snapshots, drain when due, then heartbeat: the heartbeat is written whatever the rest did."""
         now = time.monotonic()
         try:
+            self._snapshot_tick()
             if now >= self._next_drain:
                 self._next_drain = now + DRAIN_INTERVAL_S
                 idle_line = now >= self._next_idle_line
@@ -192,6 +207,17 @@ class PluginRuntime:
                                 state.lease_expiries, delta)
         except Exception as exc:  # noqa: BLE001 - the series are for operators; serving goes on without them
             self.note_problem(f"the Prometheus series could not be updated: {type(exc).__name__}: {exc}")
+
+    def _snapshot_tick(self) -> None:
+        """Arm, poll and take the device snapshots (cutover/plugin/snapshot.py) from the control thread; a failure
+        is counted in ``audit_errors`` and noted, never raised."""
+        if self.snapshots is None:
+            return
+        try:
+            self.snapshots.tick(shadow=self.control.mode_active == "shadow")
+        except Exception as exc:  # noqa: BLE001 - the truth anchor never stops the control thread
+            self.audit.errors += 1
+            self.note_problem(f"a graph truth-anchor snapshot failed: {type(exc).__name__}: {exc}")
 
     def _drain_noting_failures(self, write: bool) -> None:
         """drain(), where a stats line that cannot be written (a full disk) or a drain that fails is noted, never

@@ -1,6 +1,7 @@
 """One sandbox rank process: the plugin attached to a stand-in backend, driven by synthetic DDTree traffic.
 
-CPU: stock = the torch reference of SGLang's kernel, custom = the split-K reference ("reference (no GPU)").
+CPU: stock = the torch reference of SGLang's kernel, custom = the split-K reference ("reference (no GPU)"); the
+steps between eager ones stand in for graph replays (no graph exists on the CPU).
 GPU: stock = SGLang's real Triton kernel, custom = the real CUDA kernel, each shape's verify step (all
 layers) captured once in a CUDA graph and replayed; every ``EAGER_EVERY``-th step runs eagerly so the audit
 (truth anchor, captures) sees real inputs.
@@ -8,6 +9,7 @@ layers) captured once in a CUDA graph and replayed; every ``EAGER_EVERY``-th ste
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
@@ -17,6 +19,7 @@ import time
 import torch
 
 from cutover.plugin.hooks import around_backend_init, around_forward_extend, register_hooks
+from cutover.plugin.snapshot import graph_replay_standin
 from cutover.sandbox.backend import StandInBackend, StandInForwardBatch, StandInLayer, StandInModelRunner
 from cutover.sandbox.faults import FaultyKernels, parse_faults, read_fault_spec
 from kernel_ext.cudagraph import capture_graph
@@ -127,9 +130,14 @@ class RankWorker:
             self.backend.forward_extend(q, batch.k_extend, batch.v_extend, layer, forward_batch)
 
     def run_cpu(self, stop) -> None:
+        """Without a GPU there is no graph: every step but each ``EAGER_EVERY``-th stands in for a replay
+        (cutover.plugin.snapshot.graph_replay_standin), so the truth anchor takes it through the device-snapshot
+        path, as on the GPU."""
         while not stop():
             self.check_faults()
-            self.step(self.traffic.batch())
+            eager = self.steps % EAGER_EVERY == 0
+            with contextlib.nullcontext() if eager else graph_replay_standin():
+                self.step(self.traffic.batch())
             self.steps += 1
             time.sleep(self.step_interval_s)
 

@@ -19,6 +19,7 @@ from cutover.hostprotocol.hostlayout import atomic_write_text
 from cutover.workflow.runstore import RunStore
 
 WORST_LAYERS_PLOTTED = 8
+TRUTH_SOURCE_NAMES = {"graph": "CUDA-graph-replayed", "eager": "eager"}  # a truth sample's "source"
 
 
 @dataclass
@@ -121,6 +122,14 @@ def _clock_line(meta: dict) -> str:
     return f"times: seconds since the start on the operator's clock; host clocks ahead of it by {shown}"
 
 
+def truth_sources(samples: list[dict]) -> str:
+    """How many float64-anchored samples came from which kind of call (graph-replayed, eager)."""
+    counts = Counter(sample.get("source", "eager") for sample in samples)
+    parts = ", ".join(f"{counts[source]} from {TRUTH_SOURCE_NAMES.get(source, source)} calls"
+                      for source in sorted(counts))
+    return f"truth anchor: {len(samples)} float64-anchored sample(s)" + (f" ({parts})" if parts else "")
+
+
 def _sandbox_label(meta: dict) -> str:
     """"SANDBOX (...)" when the run's hosts include sandbox hosts, else ""."""
     hosts = meta.get("sandbox_hosts") or []
@@ -203,7 +212,7 @@ def _promote_rows(watches: dict[str, dict]) -> list[str]:
 
 
 def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, files: ReportFiles, skipped: int,
-              watches: dict[str, dict]) -> str:
+              watches: dict[str, dict], truth: list[dict]) -> str:
     outcome = verdict.outcome.upper() if verdict else "NO VERDICT (run still going or interrupted)"
     sandbox = _sandbox_label(meta)
     lines = [
@@ -220,6 +229,7 @@ def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, file
         f"* policy: `{meta['policy']['source']}`; sample rate: every {meta['sample_rate']} verify call(s)",
         f"* kernel computing the custom path: {', '.join(meta.get('kernels') or ['unknown'])}",
         f"* {_clock_line(meta)}",
+        f"* {truth_sources(truth or [])}",
         "",
         "## Verdict",
         "",
@@ -382,6 +392,6 @@ def write_report(store: RunStore) -> ReportFiles:
         "unreadable_stats_lines": store.unreadable_lines,
     }
     atomic_write_text(str(files.json), jsonout.dumps(document, indent=2, sort_keys=True))
-    atomic_write_text(str(files.markdown),
-                      _markdown(meta, verdict, rows, summary, files, store.unreadable_lines, watches))
+    atomic_write_text(str(files.markdown), _markdown(meta, verdict, rows, summary, files, store.unreadable_lines,
+                                                     watches, series["truth"]))
     return files

@@ -168,6 +168,61 @@ CUTOVER_API int cutover_shadow_accumulate(const void* o, int64_t o_stride_token,
                                           const int32_t* enable, double* counters, const double* bin_edges,
                                           int32_t num_edges, void* workspace, cudaStream_t stream);
 
+/* Gated snapshot of one verify call (cutover_verify_snapshot): the staging area starts with
+ * CUTOVER_SNAPSHOT_HEADER_WORDS int64 words, indexed by CutoverSnapshotWord; the data follows. The caller arms a
+ * snapshot by writing ARM = (sequence << 20) | (layer + 1) with a sequence unique per arming; the launch of that
+ * layer whose gate flagged a shadow sample copies the call, sets COMPLETED to the token and clears ARM. Offsets
+ * are bytes from the start of the data; sections hold the requests 0 .. KEPT-1 of BATCH (those that fit):
+ * OFF_QO_INDPTR, OFF_KV_INDPTR int64 [KEPT+1] rebased to 0; OFF_MASK uint8, request r's T_r x T_r draft tail
+ * after the tails of requests 0..r-1 (MASK_BYTES -1: no custom mask); OFF_Q bf16 [TOKENS, HEADS, 576];
+ * OFF_K_EXTEND bf16 [TOKENS, 576]; OFF_V_EXTEND bf16 [TOKENS, 512]; OFF_O and OFF_O_ALT bf16 [TOKENS, HEADS,
+ * 512] (stock's output and ours); OFF_KV bf16 [ROWS, 576], the KV rows in kv_indices order; END the bytes used.
+ * SM_SCALE, K_SCALE, V_SCALE hold the bits of a double. */
+#define CUTOVER_SNAPSHOT_HEADER_WORDS 64
+#define CUTOVER_SNAPSHOT_FORMAT 1
+enum CutoverSnapshotWord {
+  CUTOVER_SNAP_ARM = 0,       /* written by the caller; cleared by the launch that completes the snapshot */
+  CUTOVER_SNAP_WRITING = 1,   /* token of the snapshot being written */
+  CUTOVER_SNAP_COMPLETED = 2, /* token of the last completed snapshot */
+  CUTOVER_SNAP_TICKET = 3,    /* the library's: blocks done, keyed by layer and call */
+  CUTOVER_SNAP_FORMAT = 4,
+  CUTOVER_SNAP_LAYER = 5,
+  CUTOVER_SNAP_CALL = 6,      /* the gate's call counter of the snapshotted call */
+  CUTOVER_SNAP_FROM_GRAPH = 7,/* 1: the launch was captured into a CUDA graph */
+  CUTOVER_SNAP_BATCH = 8,
+  CUTOVER_SNAP_KEPT = 9,
+  CUTOVER_SNAP_TOKENS = 10,
+  CUTOVER_SNAP_TOKENS_TOTAL = 11,
+  CUTOVER_SNAP_ROWS = 12,
+  CUTOVER_SNAP_ROWS_TOTAL = 13,
+  CUTOVER_SNAP_MASK_BYTES = 14,
+  CUTOVER_SNAP_HEADS = 15,
+  CUTOVER_SNAP_MAX_EXTEND = 16,
+  CUTOVER_SNAP_IS_CAUSAL = 17,
+  CUTOVER_SNAP_SM_SCALE = 18,
+  CUTOVER_SNAP_K_SCALE = 19,
+  CUTOVER_SNAP_V_SCALE = 20,
+  CUTOVER_SNAP_OFF_QO_INDPTR = 21,
+  CUTOVER_SNAP_OFF_KV_INDPTR = 22,
+  CUTOVER_SNAP_OFF_MASK = 23,
+  CUTOVER_SNAP_OFF_Q = 24,
+  CUTOVER_SNAP_OFF_K_EXTEND = 25,
+  CUTOVER_SNAP_OFF_V_EXTEND = 26,
+  CUTOVER_SNAP_OFF_O = 27,
+  CUTOVER_SNAP_OFF_O_ALT = 28,
+  CUTOVER_SNAP_OFF_KV = 29,
+  CUTOVER_SNAP_END = 30
+};
+
+/* Enqueue the gated snapshot of the verify call `call` (the arguments its cutover_verify_attention had, with o =
+ * stock's output, o_alt = ours, enable = the gate's {serve, sample} flags) on `stream`: one launch that exits at
+ * once unless ARM names `layer` and enable[1] is set. `call->workspace` / `workspace_bytes` is the staging area
+ * (16-byte aligned, at least CUTOVER_SNAPSHOT_HEADER_WORDS * 8 bytes, header zero-filled once); gate_state the
+ * layer's gate row (its call counter tells launches apart); from_graph is recorded. CUDA-graph capturable; launched
+ * like cutover_verify_gate, a programmatic dependent that waits for the kernel before it at entry. */
+CUTOVER_API int cutover_verify_snapshot(const CutoverVerifyParams* call, const int32_t* gate_state, int32_t layer,
+                                        int32_t from_graph, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

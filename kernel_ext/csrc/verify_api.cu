@@ -10,6 +10,7 @@
 #include "cutover_verify.h"
 #include "dependent_launch.cuh"
 #include "shadow_epilogue.cuh"
+#include "snapshot.cuh"
 #include "verify_kernels.cuh"
 #include "verify_wgmma.cuh"
 
@@ -436,6 +437,45 @@ int cutover_shadow_accumulate(const void* o, int64_t o_stride_token, int64_t o_s
   const int blocks = (int)(wanted < 1 ? 1 : (wanted > kShadowMaxBlocks ? kShadowMaxBlocks : wanted));
   CUTOVER_CUDA_CHECK(launch_dependent(shadow_accumulate_kernel, dim3(blocks), kShadowThreads, 0, stream, k),
                      "launch of shadow_accumulate_kernel");
+  return CUTOVER_OK;
+}
+
+int cutover_verify_snapshot(const CutoverVerifyParams* call, const int32_t* gate_state, int32_t layer,
+                            int32_t from_graph, cudaStream_t stream) {
+  int rc = check_params(call);
+  if (rc != CUTOVER_OK) return rc;
+  if (call->o_alt == nullptr || call->enable == nullptr || gate_state == nullptr)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_snapshot: o_alt, enable and gate_state are required");
+  if (layer < 0 || layer >= (1 << 20) - 1)
+    return fail(CUTOVER_ERR_INVALID_ARGUMENT, "verify_snapshot: layer %d out of range", layer);
+  const long long header_bytes = CUTOVER_SNAPSHOT_HEADER_WORDS * 8LL;
+  if (call->workspace_bytes < header_bytes)
+    return fail(CUTOVER_ERR_WORKSPACE, "verify_snapshot: staging area of %lld bytes, the header alone needs %lld",
+                (long long)call->workspace_bytes, header_bytes);
+  SnapshotArgs k;
+  k.q = static_cast<const __nv_bfloat16*>(call->q); k.sq0 = call->q_stride_token; k.sq1 = call->q_stride_head;
+  k.kx = static_cast<const __nv_bfloat16*>(call->k_extend); k.skx = call->k_extend_stride_token;
+  k.vx = static_cast<const __nv_bfloat16*>(call->v_extend); k.svx = call->v_extend_stride_token;
+  k.o = static_cast<const __nv_bfloat16*>(call->o); k.so0 = call->o_stride_token; k.so1 = call->o_stride_head;
+  k.s = static_cast<const __nv_bfloat16*>(call->o_alt); k.ss0 = call->o_alt_stride_token;
+  k.ss1 = call->o_alt_stride_head;
+  k.kv = static_cast<const __nv_bfloat16*>(call->kv_buffer); k.skv = call->kv_buffer_stride_row;
+  k.qo_indptr = call->qo_indptr; k.kv_indptr = call->kv_indptr; k.kv_indices = call->kv_indices;
+  k.mask = static_cast<const uint8_t*>(call->custom_mask); k.mask_indptr = call->mask_indptr;
+  k.qo64 = call->qo_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.kv64 = call->kv_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.ki64 = call->kv_indices_dtype == CUTOVER_DTYPE_INT64;
+  k.mi64 = call->mask_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.B = call->batch; k.H = call->num_heads; k.T = call->max_extend; k.is_causal = call->is_causal != 0;
+  k.layer = layer; k.from_graph = from_graph != 0;
+  k.sm_scale = call->sm_scale; k.k_scale = call->k_scale; k.v_scale = call->v_scale;
+  k.k_scale_ptr = call->k_scale_ptr; k.v_scale_ptr = call->v_scale_ptr;
+  k.enable = call->enable; k.gate_state = gate_state;
+  k.header = static_cast<long long*>(call->workspace);
+  k.data = static_cast<uint8_t*>(call->workspace) + header_bytes;
+  k.capacity = call->workspace_bytes - header_bytes;
+  CUTOVER_CUDA_CHECK(launch_dependent(snapshot_kernel, dim3(kSnapBlocks), kSnapThreads, 0, stream, k),
+                     "launch of snapshot_kernel");
   return CUTOVER_OK;
 }
 

@@ -49,7 +49,7 @@ def test_stats_line_has_the_documented_format_and_interval_deltas(runtime, paths
     assert (layer["calls"], second["layers"]["4"]["calls"]) == (3, 2)  # deltas, not running totals
     assert 0 < layer["rel_l2_max"] < 1e-2 and layer["nonfinite_custom"] == 0
     truth = first["truth"] + second["truth"]
-    assert truth and set(truth[0]) == {"layer", "err_custom", "err_stock"}
+    assert truth and set(truth[0]) == {"layer", "err_custom", "err_stock", "source"} and truth[0]["source"] == "eager"
     assert 0 < truth[0]["err_custom"] < 1e-2 and 0 < truth[0]["err_stock"] < 1e-2
 
 

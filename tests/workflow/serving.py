@@ -10,6 +10,7 @@ import time
 
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.runtime import PluginRuntime
+from cutover.plugin.snapshot import GraphSnapshots
 from cutover.servingstack import distinct_stacks
 from kernel_ext.reference import reference_extend_attention_fwd
 from kernel_ext.testing import make_verify_batch
@@ -29,8 +30,10 @@ class LocalServer:
             PluginRuntime(host.paths, rank, "cpu", poll_s=0.05, audit_interval_s=0.2) for rank in range(host.tp_size)
         ]
         if audit_max_bytes is not None:  # 0: every call is "too large" to audit, as big eager batches are
-            for runtime in self.runtimes:
+            for runtime in self.runtimes:  # both ways: the eager audit and the device snapshots' staging area
                 runtime.audit.max_snapshot_bytes = audit_max_bytes
+                runtime.snapshots = GraphSnapshots(runtime.device, runtime.audit, interval_s=0.2,
+                                                   capacity_bytes=audit_max_bytes)
         for runtime in self.runtimes:
             runtime.start()
         _wait_for(lambda: all(os.path.exists(host.paths.heartbeat(r.rank)) for r in self.runtimes), "heartbeats")

@@ -9,7 +9,7 @@ from checks.gates import RankObservation, StatsSummary, compared_progress, evalu
 from checks.policy import load_policy
 from .stats_records import layer, record
 
-POLICY = load_policy().shadow
+POLICY = dataclasses.replace(load_policy().shadow, truth_anchor_min_samples=0)  # coverage: its own tests below
 
 
 TRUTH = {"layer": 0, "err_custom": 2.0e-3, "err_stock": 2.1e-3}
@@ -89,7 +89,14 @@ def test_a_run_without_truth_samples_passes_with_the_anchor_labelled_not_checked
     assert verdict.passed, verdict.reasons()
     [anchor] = [r for r in verdict.results if r.gate == "truth_anchor"]
     assert anchor.detail.startswith("NOT CHECKED (not gating): no float64-anchored sample")
-    assert "--cuda-graph-max-bs" in anchor.detail and "truth_anchor_min_samples" in anchor.detail
+    assert "one shadow-sampled verify call per second" in anchor.detail and "truth_anchor_min_samples" in anchor.detail
+
+
+def test_the_default_policy_requires_truth_samples():
+    default = load_policy().shadow
+    assert default.truth_anchor_min_samples == 600
+    verdict = evaluate_shadow(default, clean_run(), healthy_ranks(), default.min_duration_s, final=True)
+    assert "truth_anchor" in failed_gates(verdict)
 
 
 def test_required_truth_samples_fail_a_run_without_enough_and_pass_one_with_them():

@@ -55,6 +55,7 @@ def test_a_sandbox_verdict_is_looser_than_the_default_policy():
     assert lines == [
         "shadow.min_duration_s: the verdict was judged with 60, this policy needs at least 3600",
         "shadow.min_compared_calls: the verdict was judged with 50, this policy needs at least 10000",
+        "shadow.truth_anchor_min_samples: the verdict was judged with 20, this policy needs at least 600",
     ]
 
 
@@ -68,7 +69,7 @@ def test_a_stricter_recorded_policy_lists_nothing():
     default = load_policy().shadow
     stricter = dataclasses.replace(
         default, min_duration_s=7200.0, min_compared_calls=20000, rel_l2_p99=5e-3, rel_l2_max=1e-2,
-        max_abs=0.1, truth_anchor_k=1.1, truth_anchor_floor=1e-4, truth_anchor_min_samples=20, max_silence_s=5.0)
+        max_abs=0.1, truth_anchor_k=1.1, truth_anchor_floor=1e-4, truth_anchor_min_samples=1200, max_silence_s=5.0)
     assert looser_than(shadow_thresholds(stricter), default) == []
     # ... while the default judged against that stricter policy is looser on every field that differs
     assert [line.split(":")[0] for line in looser_than(shadow_thresholds(default), stricter)] == [
@@ -93,9 +94,9 @@ def test_a_larger_limit_is_looser(name, looser_value, text):
 
 
 def test_a_smaller_sample_minimum_is_looser():
-    required = dataclasses.replace(load_policy().shadow, truth_anchor_min_samples=20)
+    required = dataclasses.replace(load_policy().shadow, truth_anchor_min_samples=1200)
     assert looser_than(shadow_thresholds(load_policy().shadow), required) == [
-        "shadow.truth_anchor_min_samples: the verdict was judged with 0, this policy needs at least 20"]
+        "shadow.truth_anchor_min_samples: the verdict was judged with 600, this policy needs at least 1200"]
 
 
 def test_an_older_verdict_without_thresholds_gives_one_line():
@@ -138,4 +139,4 @@ def test_a_shadow_run_records_its_policy_on_the_host(world):  # noqa: F811
     assert set(on_host["policy_shadow"]) == set(SHADOW_DIRECTIONS)
     assert looser_than(on_host["policy_shadow"], load_policy(outcome.record.policy_source).shadow) == []
     assert [line.split(":")[0] for line in looser_than(on_host["policy_shadow"], load_policy().shadow)] == [
-        "shadow.min_duration_s", "shadow.min_compared_calls"]
+        "shadow.min_duration_s", "shadow.min_compared_calls", "shadow.truth_anchor_min_samples"]

@@ -18,15 +18,17 @@ from .serving import LocalServer
 
 SETTINGS = Settings(operator="tester@here", ack_timeout_s=5.0)
 POLICY = "promote:\n  probe_interval_s: 0.5\nshadow:\n  min_duration_s: 1\n  min_compared_calls: 4\n"
+NO_TRUTH_NEEDED = "  truth_anchor_min_samples: 0\n"
 
 
 @pytest.fixture
 def world(tmp_path):
-    """world(traffic={"h1": True, "h2": False}, audit_max_bytes=None, policy_extra="", **ShadowOptions fields)
+    """world(traffic={"h1": True, "h2": False}, audit_max_bytes=None, policy_extra=<one truth sample needed>,
+    **ShadowOptions fields)
     -> (hosts, run); run(on_progress=None) runs the shadow; world.servers: the hosts' LocalServers, in order"""
     servers = []
 
-    def make(traffic, audit_max_bytes=None, policy_extra="", **option_fields):
+    def make(traffic, audit_max_bytes=None, policy_extra="  truth_anchor_min_samples: 1\n", **option_fields):
         hosts = []
         for name, busy in traffic.items():
             host = local_host(tmp_path, name)
@@ -71,7 +73,7 @@ def test_a_host_no_verify_call_reached_fails_the_run_by_name(world):
 
 
 def test_a_run_without_truth_samples_passes_with_the_anchor_labelled_not_checked(world):
-    hosts, run = world({"h1": True}, audit_max_bytes=0)
+    hosts, run = world({"h1": True}, audit_max_bytes=0, policy_extra=NO_TRUTH_NEEDED)
     outcome = run()
     assert outcome.record.passed and outcome.record.totals["truth_samples"] == 0
     assert any(r.startswith("truth_anchor: NOT CHECKED (not gating)") for r in outcome.record.reasons)
