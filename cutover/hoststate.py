@@ -318,7 +318,12 @@ class HostState:
             return PhaseRecord()
         record = PhaseRecord.parse(text)
         if record is None:
-            raise HostError(f"host {self.host.name}: {self.paths.phase} is corrupt (not a phase record)",
+            try:
+                load_record(text, "phase file")
+                why = "phase file has a field of the wrong type"
+            except ValueError as exc:
+                why = str(exc)
+            raise HostError(f"host {self.host.name}: {self.paths.phase} is corrupt ({why})",
                             hint="run `cutover rollback`, then `cutover stage` to re-establish the phase")
         return record
 

@@ -352,7 +352,7 @@ def test_sandbox_up_without_torch_names_the_missing_module_as_the_cause(invoke, 
     assert result.exit_code != 0
     first = result.stderr.splitlines()[0]
     assert re.search(r"while starting: ModuleNotFoundError: No module named 'torch' \(in "
-                     + re.escape(str(state_dir / "sandbox")) + r"/rank-\d\.log\); log tail:$", first), first
+                     + re.escape(str(state_dir / "sandbox")) + r"/(rank-\d|server)\.log\); log tail:$", first), first
     assert "  fix: install what is missing into the environment of " in result.stderr
     assert "is port" not in result.stderr
 

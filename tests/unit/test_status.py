@@ -204,7 +204,7 @@ def write_stats(state_dir, rank: int, mode: str, compared: int) -> None:
     (state_dir / "stats").mkdir(parents=True, exist_ok=True)
     layer = {"calls": 10, "compared": compared, "rel_l2_max": 2e-3 if compared else 0.0,
              "max_abs": 0.01 if compared else 0.0, "nonfinite_custom": 0, "nonfinite_stock": 0}
-    line = {"ts": time.time(), "mode": mode, "kernel": "cuda", "rank": rank, "layers": {"3": layer}}
+    line = {"ts": time.time(), "mode": mode, "kernel": "cuda", "rank": rank, "generation": 1, "layers": {"3": layer}}
     with open(state_dir / "stats" / f"rank-{rank}.jsonl", "a") as handle:
         handle.write(json.dumps(line) + "\n")
 

@@ -162,7 +162,7 @@ def test_p99_is_the_bucket_that_holds_it_not_simply_the_max(tmp_path):
     store.save_run(run_meta(store.run_id, "rel-a", {"h1": 3}, START, load_policy(), 1, ["reference (no GPU)"]))
     narrow = [2.2e-3 + i * 2e-6 for i in range(100)]
     spread = [1e-4] * 99 + [2.4e-3]
-    store.append_stats("h1", 0, record({"0": layer(narrow), "1": layer(spread)}, ts=START))
+    store.append_stats("h1", record({"0": layer(narrow), "1": layer(spread)}, ts=START))
     files = write_report(store)
     rows = {row["layer"]: row for row in json.loads(files.json.read_text())["layers"]}
     assert rows["0"]["rel_l2_p99"] == rows["0"]["rel_l2_max"] == max(narrow)
@@ -178,8 +178,8 @@ def test_a_sandbox_run_is_labelled_and_compared_calls_are_per_rank_in_the_slowes
     store.save_run(run_meta(store.run_id, "rel-a", {"local": 3}, START, load_policy(), 1, ["reference (no GPU)"],
                             sandbox_hosts=["local"]))
     for second in range(3):
-        store.append_stats("local", 0, record({"0": layer([1e-3] * 4), "1": layer([1e-3] * 2)}, ts=START + second))
-        store.append_stats("local", 1, record({"0": layer([1e-3] * 3), "1": layer([1e-3] * 3)}, ts=START + second,
+        store.append_stats("local", record({"0": layer([1e-3] * 4), "1": layer([1e-3] * 2)}, ts=START + second))
+        store.append_stats("local", record({"0": layer([1e-3] * 3), "1": layer([1e-3] * 3)}, ts=START + second,
                                               rank=1))
     files = write_report(store)
     text = files.markdown.read_text()
