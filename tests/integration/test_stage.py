@@ -63,9 +63,11 @@ def assert_not_staged(host: TestHost) -> None:
 
 
 def error_line(result) -> str:
-    """The `error: ...` part of the CLI's stderr (without progress lines and the fix hint)."""
-    text = result.stderr[result.stderr.index("error:"):]
-    return text.split("\n  fix:")[0]
+    """The error the CLI reported, as `error: ...` (without progress lines and the fix hint): under --json the
+    error document on stdout, or stderr's error line where the verb had already written its report."""
+    if "error:" in result.stderr:
+        return result.stderr[result.stderr.index("error:"):].split("\n  fix:")[0]
+    return "error: " + json.loads(result.stdout)["error"]
 
 
 def plant_damaged_copy(host: TestHost, release: Path) -> None:
@@ -267,7 +269,7 @@ def test_lock_held_by_another_operator_is_refused_with_the_owner(cli, ssh_hosts,
     result = stage(cli, inventory_file, release)
 
     assert result.returncode == EXIT_LOCK
-    assert "bob@elsewhere" in result.stderr and "host2" in result.stderr
+    assert "bob@elsewhere" in error_line(result) and "host2" in error_line(result)
     assert ssh_hosts.host("host2").lock() == held
     assert ssh_hosts.host("host1").current_release() is None
     assert ssh_hosts.host("host1").lock() is None, "a refused stage must release the locks it took"
@@ -321,7 +323,7 @@ def test_stage_killed_while_the_canary_restarts_leaves_hosts_safe_and_a_rerun_co
     assert locks == {"host1": "alice@test", "host2": "alice@test"}, "status must name who holds the left locks"
 
     other_operator = stage(cli, inventory, new, operator="bob@elsewhere")
-    assert other_operator.returncode == EXIT_LOCK and "alice@test" in other_operator.stderr
+    assert other_operator.returncode == EXIT_LOCK and "alice@test" in error_line(other_operator)
 
     rerun = stage(cli, inventory, new)
     assert rerun.returncode == 0, rerun.stderr
