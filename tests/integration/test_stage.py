@@ -368,7 +368,8 @@ def test_invalid_inventory_field_is_named_with_its_file(cli, ssh_hosts, release,
     inventory = ssh_hosts.write_inventory(tmp_path / "bad.yml", per_host={"host2": {"tp_size": "two"}})
     result = stage(cli, inventory, release)
     assert result.returncode == EXIT_CONFIG
-    assert str(inventory) in result.stderr and "tp_size" in result.stderr and "host2" in result.stderr
+    error = error_line(result)
+    assert str(inventory) in error and "tp_size" in error and "host2" in error
     for host in ssh_hosts.hosts:
         assert_untouched(host)
 
@@ -378,7 +379,7 @@ def test_inventory_yaml_error_names_file_and_line(cli, ssh_hosts, release, tmp_p
     inventory.write_text("all:\n  children:\n    serving:\n      hosts: [unclosed\n")
     result = stage(cli, inventory, release)
     assert result.returncode == EXIT_CONFIG
-    assert str(inventory) in result.stderr and "line" in result.stderr
+    assert str(inventory) in error_line(result) and "line" in error_line(result)
 
 
 def test_invalid_config_field_is_named_with_its_file(cli, ssh_hosts, inventory_file, release, tmp_path):
@@ -394,6 +395,6 @@ def test_invalid_config_field_is_named_with_its_file(cli, ssh_hosts, inventory_f
 def test_unknown_limit_is_refused_naming_the_known_hosts(cli, ssh_hosts, inventory_file, release):
     result = stage(cli, inventory_file, release, "--limit", "host9")
     assert result.returncode == EXIT_CONFIG
-    assert "host9" in result.stderr and "host1" in result.stderr
+    assert "host9" in error_line(result) and "host1" in json.loads(result.stdout)["fix"]
     for host in ssh_hosts.hosts:
         assert_untouched(host)
