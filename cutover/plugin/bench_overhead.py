@@ -176,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     from cutover.hostprotocol.hostlayout import HostPaths
     from cutover.plugin.hooks import resolve_stock_kernel
     from cutover.plugin.kernels import CudaKernels
+    from cutover.plugin.graphs import stage_library
     from cutover.plugin.runtime import PluginRuntime
+    from kernel_ext._lib import default_library_path
 
     state = tempfile.mkdtemp(prefix="cutover-bench-")
     paths = HostPaths(cutover_root=os.path.join(state, "root"), state_dir=os.path.join(state, "state"))
+    stage_library(paths, str(default_library_path()))
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()))
     if not isinstance(runtime.kernels, CudaKernels):
         parser.error(f"the CUDA kernel is not available: {runtime.unavailable}")

@@ -4,18 +4,12 @@ they loaded)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from cutover.hostprotocol.hostlayout import HostPaths
-from kernel_ext._lib import LIBRARY_NAME, default_library_path
+from cutover.plugin.graphs import LOCAL_RELEASE, stage_library
+from kernel_ext._lib import default_library_path
 
-GPU_RELEASE = "0123456789-gpu000"
+GPU_RELEASE = LOCAL_RELEASE
 
 
 def stage_built_library(paths: HostPaths) -> str:
-    release = paths.release(GPU_RELEASE)
-    os.makedirs(release)
-    shutil.copyfile(default_library_path(), os.path.join(release, LIBRARY_NAME))
-    os.symlink(release, paths.current)
-    return GPU_RELEASE
+    return stage_library(paths, str(default_library_path()))

@@ -14,6 +14,7 @@ from cutover.hostprotocol.hostlayout import HostPaths
 from cutover.plugin.audit import truth_errors
 from cutover.plugin.captures import capture_args, load_capture, snapshot_call
 from cutover.plugin.dispatch import verify_site
+from armed import stage_test_release
 from cutover.plugin.graphs import switch_mode
 from cutover.plugin.snapshot import (HEADER_BYTES, GraphSnapshots, Site, Staging, graph_replay_standin,
                                      snapshot_capture, torch_snapshot)
@@ -184,6 +185,7 @@ def cpu_runtime(tmp_path):
     from cutover.plugin.runtime import PluginRuntime
 
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    stage_test_release(paths)
     runtime = PluginRuntime(paths, 0, "cpu", audit_interval_s=0.0)
     switch_mode(runtime, paths, "shadow", 1)
     yield runtime
