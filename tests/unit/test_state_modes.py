@@ -11,6 +11,7 @@ import pytest
 from cutover.config import Settings, load_inventory
 from cutover.hoststate import HostState
 from cutover.transport import open_transport
+from cutover.hostprotocol.statsrecord import StatsRecord
 from cutover.workflow.runstore import RunStore
 from tests.unit.conftest import OPERATOR
 
@@ -43,7 +44,7 @@ def test_the_lock_control_and_journal_are_not_world_writable_under_umask_000(loc
 def test_a_run_report_folder_is_0755_under_umask_000(tmp_path, open_umask):
     store = RunStore(tmp_path / "reports", "20260101T000000Z-abcdef")
     store.save_run({"run_id": store.run_id})
-    store.append_stats("host-a", 0, {"ts": 1.0})
+    store.append_stats("host-a", StatsRecord(ts=1.0, rank=0, generation=1, mode="shadow"))
     assert mode_of(tmp_path / "reports") == 0o755
     assert mode_of(store.dir) == 0o755
     assert mode_of(store.dir / "stats" / "host-a") == 0o755

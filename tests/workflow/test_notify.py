@@ -28,7 +28,7 @@ from .serving import LocalServer
 from .test_promote_run import host  # noqa: F401 (a fixture: h1 after a passed shadow, its ranks running)
 
 POLICY = "promote:\n  probe_interval_s: 0.2\n  max_failed_probes: 1000\nshadow:\n  min_duration_s: 1\n" \
-         "  min_compared_calls: 4\n"
+         "  min_compared_calls: 4\n  truth_anchor_min_samples: 0\n"  # a 2 s run: the anchor has its own tests
 
 
 @pytest.fixture

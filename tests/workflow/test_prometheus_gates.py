@@ -207,7 +207,8 @@ def test_a_failing_promql_gate_stops_the_shadow_run_and_rolls_back(prometheus_ur
     try:
         policy = policy_with(tmp_path, prometheus_url, "shadow", [{"name": "calls", "query": CALLS, "must_be": "<",
                                                                    "threshold": 1}])
-        policy.write_text(policy.read_text() + "shadow:\n  min_duration_s: 1\n  min_compared_calls: 4\n")
+        policy.write_text(policy.read_text() + "shadow:\n  min_duration_s: 1\n  min_compared_calls: 4\n"
+                          "  truth_anchor_min_samples: 0\n")
         options = ShadowOptions(policy=load_policy(policy), duration_s=30.0, lease_ttl_s=5.0, poll_s=0.2,
                                 reports_dir=str(tmp_path / "reports"))
         with pytest.raises(GateFailedError, match=r"failed: prometheus calls: \S+, must be < 1"):
