@@ -164,7 +164,8 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
         served = {**host.vars, "serving_port": front.port, "serving_restart_command": "true"}
         inventory.write_text(yaml.safe_dump({"all": {"hosts": {"h1": served}}}))
         policy = tmp_path / "policy.yml"
-        policy.write_text("promote:\n  probe_interval_s: 0.5\n")
+        # the rate gate has its own tests: here a probe window without a new verify step must not end the watch
+        policy.write_text("promote:\n  probe_interval_s: 0.5\n  min_verify_rate_ratio: 0\n")
         store = RunStore(tmp_path / "reports", RUN)  # the shadow run, kept on this machine
         store.save_run(run_meta(RUN, "rel-a", {"h1": 1}, time.time() - 60, load_policy(), 1, ["reference (no GPU)"]))
         result = cli("promote", "-i", inventory, "--policy", policy, "--watch-minutes", "0.05", "--lease-ttl", "6",
@@ -176,10 +177,10 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
     ticks = [line for line in result.stdout.splitlines() if line.startswith("h1: watch ")]
     assert len(ticks) >= 5, result.stdout
     assert ticks[0].startswith("h1: watch 0:00 of 0:03, 0:03 left | health ok, failed in a row 0/3 | verify rate - "
-                               "vs shadow 0.01/s (rollback below 0.01) | new errors -, new non-finite - (allowed 0) "
+                               "vs shadow 0.01/s (rollback below 0.00) | new errors -, new non-finite - (allowed 0) "
                                "| lease 6 s left")
     pattern = re.compile(r"h1: watch 0:0\d of 0:03, 0:0\d left \| health ok, failed in a row 0/3 \| verify rate "
-                         r"(\d+\.\d\d)/s vs shadow 0\.01/s \(rollback below 0\.01\) \| new errors 0, new non-finite 0 "
+                         r"(\d+\.\d\d)/s vs shadow 0\.01/s \(rollback below 0\.00\) \| new errors 0, new non-finite 0 "
                          r"\(allowed 0\) \| lease \d s left")
     rated = [pattern.fullmatch(line) for line in ticks[3:]]
     assert all(rated), ticks
@@ -192,7 +193,7 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
     report = write_report(store)  # the shadow run's report covers the watch that relied on it
     text = report.markdown.read_text()
     assert "## Promote watch (after this run passed)" in text
-    row = (r"\| h1 \| promoted: watch passed \| 3 of 3 s \| (\d+(\.\d+)?) \| 0\.01 \| \d+(\.\d+)? \| 0\.005 \| 0 "
+    row = (r"\| h1 \| promoted: watch passed \| 3 of 3 s \| (\d+(\.\d+)?) \| 0\.01 \| \d+(\.\d+)? \| 0 \| 0 "
            r"\| 0 \|")
     assert re.search(row, text), text
     assert "promote_watch.png" in {path.name for path in report.plots}
