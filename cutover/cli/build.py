@@ -11,6 +11,7 @@ from cutover import release
 from cutover.cli import common
 
 
+@common.takes_globals("config_file", "json_out")
 def build(
     ctx: typer.Context,
     arch: Annotated[Optional[list[str]], typer.Option(
@@ -20,8 +21,8 @@ def build(
         help="Releases directory (default: the config's releases_dir, else dist/releases).")] = None,
     nvcc: Annotated[Optional[str], typer.Option("--nvcc", envvar="CUTOVER_NVCC",
                                                 help="nvcc to use (default: nvcc on PATH).")] = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Compile the kernel into a release directory with its manifest.
 
@@ -29,14 +30,13 @@ def build(
     minimum driver, ABI version, source-tree hash). Same sources, archs and nvcc give the same release id:
     building it again changes nothing. A failed build leaves nothing behind.
     """
-    options = common.merged(ctx, config_file=config_file, json_out=json_out)
-    settings = common.config.load_settings(options.config)
+    settings = common.config.load_settings(global_options.config)
     out_dir = out or release.releases_dir(settings.releases_dir)
-    if not options.json:
+    if not global_options.json:
         common.console.print(f"building the kernel for {', '.join(arch or ['the default archs'])} ...")
     result = release.build_release(out_dir, arch, nvcc, operator=settings.operator)
     rel = result.release
-    if options.json:
+    if global_options.json:
         common.print_json({"release_id": rel.release_id, "path": str(rel.path), "built": result.built,
                            "manifest": rel.manifest})
     elif result.built:

@@ -1,13 +1,16 @@
 """What every verb shares: the global options, their merge, inventory/config loading, output helpers.
 
 Global options are accepted before the verb (`cutover -i inv.yml stage`) and after it
-(`cutover stage -i inv.yml`); a verb declares them by taking the `*Opt` parameters below and calling
-`common.context(ctx, ...)`. What was typed, in either position, wins over $CUTOVER_INVENTORY, $CUTOVER_LIMIT
-and $CUTOVER_CONFIG; typed after the verb wins over typed before it.
+(`cutover stage -i inv.yml`); a verb names the ones it takes with `@common.takes_globals(...)`, gets them
+merged as its `global_options` parameter, and calls `common.context(global_options)` for hosts and settings.
+What was typed, in either position, wins over $CUTOVER_INVENTORY, $CUTOVER_LIMIT and $CUTOVER_CONFIG; typed
+after the verb wins over typed before it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import sys
@@ -36,6 +39,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document f
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show Ansible's output and more detail.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", envvar="CUTOVER_YES",
                                       help="Agree to restarts of the serving process without a prompt.")]
+GLOBAL_OPTIONS = {  # a verb's parameter name: its option and default
+    "inventory": (InventoryOpt, None),
+    "limit": (LimitOpt, None),
+    "config_file": (ConfigOpt, None),
+    "json_out": (JsonOpt, False),
+    "verbose": (VerboseOpt, False),
+    "yes": (YesOpt, False),
+}
 
 LOG_WIDTH = 1000  # off a terminal: wide enough that no table cell is cut and no line is wrapped
 
@@ -93,7 +104,7 @@ class Context:
         return typer.confirm(question, default=False)
 
 
-def merged(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
+def _merged(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
            yes=False) -> Globals:
     """The verb's options: what was typed wins over the environment ($CUTOVER_INVENTORY, $CUTOVER_LIMIT,
     $CUTOVER_CONFIG) in either position, and typed after the verb wins over typed before it."""
@@ -124,10 +135,29 @@ def _typed_first(ctx: typer.Context, root: typer.Context, name: str, verb_value,
     return verb_value or root_value
 
 
-def context(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
-            yes=False) -> Context:
-    """Merge the options, then load settings and inventory and select the --limit hosts."""
-    options = merged(ctx, inventory, limit, config_file, json_out, verbose, yes)
+def takes_globals(*names: str):
+    """Decorator: the verb also takes the named global options (from GLOBAL_OPTIONS, after its own options) and
+    receives them merged with those typed before it as its `global_options: Globals` parameter."""
+
+    def decorate(verb):
+        own = [p for p in inspect.signature(verb, eval_str=True).parameters.values() if p.name != "global_options"]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=GLOBAL_OPTIONS[name][0],
+                                   default=GLOBAL_OPTIONS[name][1]) for name in names]
+
+        @functools.wraps(verb)
+        def run(ctx: typer.Context, **values):
+            typed = {name: values.pop(name) for name in names}
+            return verb(ctx, **values, global_options=_merged(ctx, **typed))
+
+        run.__signature__ = inspect.Signature(own + added)
+        run.__annotations__ = {p.name: p.annotation for p in own + added}
+        return run
+
+    return decorate
+
+
+def context(options: Globals) -> Context:
+    """Load settings and inventory for the merged options and select the --limit hosts."""
     settings = config.load_settings(options.config)
     inv = config.load_inventory(options.inventory)
     return Context(options, settings, inv, inv.select(options.limit))

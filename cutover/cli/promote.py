@@ -15,6 +15,7 @@ from cutover.workflow.promote import PromoteOptions, run_promote
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S
 
 
+@common.takes_globals("inventory", "limit", "config_file", "json_out", "verbose")
 def promote(
     ctx: typer.Context,
     watch_minutes: Annotated[
@@ -33,11 +34,8 @@ def promote(
     policy: PolicyOpt = None,
     lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
     reports_dir: ReportsOpt = None,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Promote the staged release to serve live traffic: refused unless it passed shadow on every target.
     Hosts go one at a time, canary first: flip to custom with ack under a lease, watch health, verify-step
@@ -50,7 +48,7 @@ def promote(
         policy=load_policy(policy), watch_minutes=watch_minutes, force=force, lease_ttl_s=lease_ttl,
         reports_dir=reports_dir,
     )
-    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    c = common.context(global_options)
     refuse_policy_out_of_scope(ctx, options.policy, c.hosts)
     with common.live_view(c, options.policy.promote.probe_interval_s) as show:
         results = run_promote(c.inventory, c.hosts, c.settings, options, on_event=c.say,

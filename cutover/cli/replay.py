@@ -11,6 +11,7 @@ from cutover import replay as replay_lib
 from cutover.cli import common
 
 
+@common.takes_globals("json_out")
 def replay(
     ctx: typer.Context,
     capture: Annotated[str, typer.Argument(help="A capture file from <state_dir>/captures/ (rank-R-layer-L-*.pt).")],
@@ -22,14 +23,15 @@ def replay(
         help="With --device cuda: rerun even when the kernel library loaded here (CUTOVER_KERNEL_LIB, else "
              "$CUTOVER_ROOT/current, else kernel_ext/build/) is not the capture's release; the result then "
              "carries a WARNING naming both.")] = False,
-    json_out: common.JsonOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Rerun one captured shadow call offline: the outputs recorded live and fresh runs of the stock and the
     custom kernel, each compared with a float64 reference of the same inputs (relative L2, max abs, non-finite).
     The reruns use the kernel library and SGLang installed here; the output names both, and a library that is
     not the capture's release is refused unless --allow-release-mismatch."""
     result = replay_lib.replay_capture(capture, device, allow_release_mismatch=allow_release_mismatch)
-    as_json = common.merged(ctx, json_out=json_out).json
+    as_json = global_options.json
     if as_json:
         common.print_json(result.to_dict())
     else:

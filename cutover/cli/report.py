@@ -12,17 +12,19 @@ from cutover.workflow.report import write_report
 from cutover.workflow.runstore import RunStore, latest_run_id
 
 
+@common.takes_globals("json_out")
 def report(
     ctx: typer.Context,
     run: Annotated[Optional[str], typer.Argument(help="Shadow run id (default: the newest run).")] = None,
     reports_dir: ReportsOpt = None,
-    json_out: common.JsonOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Write the report of a shadow run (divergence over time per layer, truth-anchor errors, calls
     compared, the verdict and its reasons) into <reports-dir>/<run>/ and print its path."""
     run_id = run or latest_run_id(reports_dir)
     files = write_report(RunStore(reports_dir, run_id))
-    if common.merged(ctx, json_out=json_out).json:
+    if global_options.json:
         common.print_json(
             {
                 "run_id": run_id,

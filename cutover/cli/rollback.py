@@ -12,6 +12,7 @@ from cutover.cli import common
 from cutover.errors import AckTimeoutError, HostError
 
 
+@common.takes_globals("inventory", "limit", "config_file", "json_out", "verbose", "yes")
 def rollback(
     ctx: typer.Context,
     to: Annotated[Optional[str], typer.Option(
@@ -20,12 +21,8 @@ def rollback(
         "--uninstall", help="Also remove the plugin from the serving environment.")] = False,
     reason: Annotated[str, typer.Option(
         "--reason", help="Why (recorded in each host's journal).")] = "operator rollback",
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
-    yes: common.YesOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Flip every rank back to SGLang's Triton kernel now, with acknowledgement.
 
@@ -37,7 +34,7 @@ def rollback(
     """
     if to not in (None, "previous"):
         raise typer.BadParameter("the only supported target is `previous`", param_hint="--to")
-    c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
+    c = common.context(global_options)
     results = rollback_lib.rollback_hosts(
         c.inventory, c.hosts, c.settings, reason=reason, to_previous=to == "previous", uninstall=uninstall,
         say=c.say, verbose=c.ansible_output,

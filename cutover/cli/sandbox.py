@@ -39,43 +39,35 @@ def _config(host, device: str) -> ServerConfig:
 
 
 @sandbox_app.command()
+@common.takes_globals("inventory", "limit", "json_out")
 def up(
     ctx: typer.Context,
     device: DeviceOpt = "cpu",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for /health.")] = daemon.START_TIMEOUT_S,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    json_out: common.JsonOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Start the sandbox on every local sandbox host (a healthy one is left alone); returns once /health
     answers."""
-    c = common.context(ctx, inventory, limit, json_out=json_out)
+    c = common.context(global_options)
     configs = {h.name: _config(h, device) for h in _sandbox_hosts(c)}  # every host's config is checked first
     results = {name: daemon.up(server, timeout) for name, server in configs.items()}
     _print(c, results)
 
 
 @sandbox_app.command()
-def down(
-    ctx: typer.Context,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    json_out: common.JsonOpt = False,
-) -> None:
+@common.takes_globals("inventory", "limit", "json_out")
+def down(ctx: typer.Context, global_options: common.Globals) -> None:
     """Stop the sandbox on every local sandbox host (a stopped one is left alone)."""
-    c = common.context(ctx, inventory, limit, json_out=json_out)
+    c = common.context(global_options)
     _print(c, {h.name: daemon.down(os.path.abspath(h.paths.state_dir)) for h in _sandbox_hosts(c)})
 
 
 @sandbox_app.command()
-def status(
-    ctx: typer.Context,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    json_out: common.JsonOpt = False,
-) -> None:
+@common.takes_globals("inventory", "limit", "json_out")
+def status(ctx: typer.Context, global_options: common.Globals) -> None:
     """Show whether each local sandbox runs, its health, and every rank's mode and kernel."""
-    c = common.context(ctx, inventory, limit, json_out=json_out)
+    c = common.context(global_options)
     states = {h.name: daemon.status(os.path.abspath(h.paths.state_dir)) for h in _sandbox_hosts(c)}
     if c.options.json:
         common.print_json(states)

@@ -172,6 +172,7 @@ def _again(hours: float | None, minutes: float | None, policy: str | None, inven
     return " ".join(words)
 
 
+@common.takes_globals("inventory", "limit", "config_file", "json_out", "verbose")
 def shadow(
     ctx: typer.Context,
     hours: Annotated[Optional[float], typer.Option("--hours", callback=finite,
@@ -186,11 +187,8 @@ def shadow(
     ] = None,
     lease_ttl: LeaseOpt = DEFAULT_LEASE_TTL_S,
     reports_dir: ReportsOpt = None,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Shadow the staged release: every verify step runs Triton AND the custom kernel, divergence is gated
     live. A breach rolls every target back to Triton at once and exits non-zero; Ctrl-C returns them to
@@ -203,7 +201,7 @@ def shadow(
         load=load_spec(load) if load else None,
         reports_dir=reports_dir,
     )
-    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    c = common.context(global_options)
     refuse_policy_out_of_scope(ctx, options.policy, c.hosts)
     c.say(
         f"shadowing {', '.join(h.name for h in c.hosts)} for {_clock(options.duration_s)} under policy "

@@ -14,6 +14,7 @@ from cutover.cli import common
 from cutover.errors import HostError, LockHeldError
 
 
+@common.takes_globals("inventory", "limit", "config_file", "json_out", "verbose", "yes")
 def stage(
     ctx: typer.Context,
     release_ref: Annotated[Optional[str], typer.Option(
@@ -23,12 +24,8 @@ def stage(
         help="Where release ids are looked up (default: the config's releases_dir, else dist/releases).")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Ansible check mode: report what would change, change nothing.")] = False,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
-    yes: common.YesOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Push a built release to the hosts (canary first), in mode triton.
 
@@ -39,7 +36,7 @@ def stage(
     you agree (--yes or a prompt).
     Staging the same release again changes nothing. --check reports without changing anything.
     """
-    c = common.context(ctx, inventory, limit, config_file, json_out, verbose, yes)
+    c = common.context(global_options)
     rel = release.find_release(release_ref, releases or release.releases_dir(c.settings.releases_dir))
     c.say(f"staging release {rel.release_id} on {', '.join(h.name for h in c.hosts)}"
           + (" (check mode: nothing will change)" if check else ""))

@@ -207,6 +207,7 @@ def _view(statuses: list[dict]) -> list:
             *map(Text, _rank_notes(statuses) + _stack_notes(statuses) + _clock_notes(statuses))]
 
 
+@common.takes_globals("inventory", "limit", "config_file", "json_out", "verbose")
 def status(
     ctx: typer.Context,
     watch: Annotated[bool, typer.Option(
@@ -214,11 +215,8 @@ def status(
         "tables on a terminal, one plain line per host per interval in a log, one JSON document per line with "
         "--json. Follows a shadow or promote run from anywhere.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between reads with --watch.")] = 5.0,
-    inventory: common.InventoryOpt = None,
-    limit: common.LimitOpt = None,
-    config_file: common.ConfigOpt = None,
-    json_out: common.JsonOpt = False,
-    verbose: common.VerboseOpt = False,
+    *,
+    global_options: common.Globals,
 ) -> None:
     """Show what every host and every rank is doing now.
 
@@ -230,7 +228,7 @@ def status(
     labelled SANDBOX (JSON: "sandbox": true).
     Read-only. Exits 4 if a host cannot be reached (the others are still shown); --watch shows it and goes on.
     """
-    c = common.context(ctx, inventory, limit, config_file, json_out, verbose)
+    c = common.context(global_options)
     if watch:
         _watch(c, interval)
         return
