@@ -1,7 +1,8 @@
 """The one exception family of cutover.
 
 Library code raises these with a message that says what is wrong and what to do about it; only the CLI
-boundary turns them into exit codes. Every subclass carries its own exit code so scripts can tell them apart.
+boundary turns them into exit codes. Every subclass names its own exit code (`class X(CutoverError, exit_code=N)`)
+so scripts can tell them apart.
 """
 
 
@@ -9,6 +10,11 @@ class CutoverError(Exception):
     """Base of every error cutover reports to an operator."""
 
     exit_code = 1
+
+    def __init_subclass__(cls, *, exit_code: int | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -19,43 +25,29 @@ class CutoverError(Exception):
         return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message
 
 
-class ConfigError(CutoverError):
+class ConfigError(CutoverError, exit_code=2):
     """An inventory, config or policy file is missing, unreadable or has a bad field."""
 
-    exit_code = 2
 
-
-class BuildError(CutoverError):
+class BuildError(CutoverError, exit_code=3):
     """The kernel release could not be built (no nvcc, compile error, bad sources)."""
 
-    exit_code = 3
 
-
-class HostError(CutoverError):
+class HostError(CutoverError, exit_code=4):
     """A host could not be reached, or refused or failed an action."""
 
-    exit_code = 4
 
-
-class LockHeldError(CutoverError):
+class LockHeldError(CutoverError, exit_code=5):
     """Another operator holds the host lock."""
 
-    exit_code = 5
 
-
-class PhaseError(CutoverError):
+class PhaseError(CutoverError, exit_code=6):
     """The requested action is not allowed in the host's current phase."""
 
-    exit_code = 6
 
-
-class GateFailedError(CutoverError):
+class GateFailedError(CutoverError, exit_code=7):
     """A shadow or promote gate failed; the hosts were returned to Triton."""
 
-    exit_code = 7
 
-
-class AckTimeoutError(CutoverError):
+class AckTimeoutError(CutoverError, exit_code=8):
     """Not every rank acknowledged a control-file generation in time."""
-
-    exit_code = 8

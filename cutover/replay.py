@@ -22,10 +22,8 @@ from cutover.errors import CutoverError
 from cutover.release import MANIFEST, releases_dir
 
 
-class ReplayError(CutoverError):
+class ReplayError(CutoverError, exit_code=2):
     """A capture could not be read or rerun."""
-
-    exit_code = 2
 
 
 @dataclass
