@@ -137,41 +137,50 @@ def _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer):
         )
 
 
-def _verify_attention(
-    q_extend,
-    k_extend,
-    v_extend,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    is_causal,
-    mask_indptr,
-    sm_scale,
-    k_scale,
-    v_scale,
-    skip_prefix_custom_mask,
-    compute_dtype,
-    causal_block_m,
-    attend,
-) -> torch.Tensor:
-    """Per request: gather its rows, build its masked logits, and let ``attend`` turn them into outputs."""
+# The verify inputs both computations take first, in SGLang's order, then their shared options.
+_VERIFY_INPUTS = ("q_extend", "k_extend", "v_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
+                  "custom_mask", "is_causal", "mask_indptr")
+_VERIFY_PARAMETERS = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in _VERIFY_INPUTS] + [
+    inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value)
+    for name, value in {"sm_scale": None, "k_scale": 1.0, "v_scale": 1.0, "skip_prefix_custom_mask": True}.items()
+]
+
+
+def _verify_signature(option: str, default) -> inspect.Signature:
+    """The verify inputs and shared options, then the computation's own `option`, then causal_block_m."""
+    return inspect.Signature([
+        *_VERIFY_PARAMETERS,
+        inspect.Parameter(option, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default),
+        inspect.Parameter("causal_block_m", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=SGLANG_MLA_BLOCK_M),
+    ])
+
+
+def _bind(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name, defaults filled in; TypeError for a call the signature does not accept."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _verify_attention(a: Mapping, compute_dtype, attend) -> torch.Tensor:
+    """Per request of the bound arguments ``a``: gather its rows, build its masked logits, and let ``attend``
+    turn them into outputs."""
+    q_extend, k_extend, v_extend, k_buffer, v_buffer = (a[name] for name in _VERIFY_INPUTS[:5])
+    custom_mask = a["custom_mask"]
     _check_shapes(q_extend, k_extend, v_extend, k_buffer, v_buffer)
-    scale = default_sm_scale(q_extend, sm_scale)
-    k_scale, v_scale = _scale(k_scale), _scale(v_scale)
+    scale = default_sm_scale(q_extend, a["sm_scale"])
+    k_scale, v_scale = _scale(a["k_scale"]), _scale(a["v_scale"])
     n, h, _ = q_extend.shape
     out = torch.zeros(n, h, v_extend.shape[-1], dtype=compute_dtype, device=q_extend.device)
-    for req in _requests(qo_indptr, kv_indptr, mask_indptr, custom_mask is not None):
+    for req in _requests(a["qo_indptr"], a["kv_indptr"], a["mask_indptr"], custom_mask is not None):
         if req.num_draft == 0:
             continue
         k_pre, v_pre, k_tail, v_tail = _gather_request(
-            k_extend, v_extend, k_buffer, v_buffer, kv_indices, req, compute_dtype
+            k_extend, v_extend, k_buffer, v_buffer, a["kv_indices"], req, compute_dtype
         )
         q = q_extend[req.q_start : req.q_start + req.num_draft].to(compute_dtype)
         prefix_visible, tail_visible = _visibility(
-            custom_mask, req, is_causal, skip_prefix_custom_mask, causal_block_m, q.device
+            custom_mask, req, a["is_causal"], a["skip_prefix_custom_mask"], a["causal_block_m"], q.device
         )
         s_pre, s_tail = _request_logits(q, k_pre, k_tail, scale, k_scale, prefix_visible, tail_visible)
         o = attend(s_pre, s_tail, v_pre * v_scale, v_tail)  # [Hkv, G, T, Dv]
@@ -179,52 +188,25 @@ def _verify_attention(
     return out
 
 
-def reference_verify_attention(
-    q_extend,
-    k_extend,
-    v_extend,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    is_causal,
-    mask_indptr,
-    sm_scale=None,
-    k_scale=1.0,
-    v_scale=1.0,
-    skip_prefix_custom_mask=True,
-    compute_dtype=torch.float64,
-    causal_block_m=SGLANG_MLA_BLOCK_M,
-) -> torch.Tensor:
+_REFERENCE_SIGNATURE = _verify_signature("compute_dtype", torch.float64)
+
+
+def reference_verify_attention(*args, **kwargs) -> torch.Tensor:
     """Exact verify attention; returns [N, H, Dv] in ``compute_dtype``.
 
+    Arguments (``_REFERENCE_SIGNATURE``): q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr,
+    kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, sm_scale=None, k_scale=1.0, v_scale=1.0,
+    skip_prefix_custom_mask=True, compute_dtype=torch.float64, causal_block_m=SGLANG_MLA_BLOCK_M.
     q_extend [N, H, Dq]; k_extend [N, Hkv, Dq]; v_extend [N, Hkv, Dv]; k_buffer [pool, Hkv, Dq];
     v_buffer [pool, Hkv, Dv] (MLA: Dq=576, Dv=512, Hkv=1, v_buffer = k_buffer[..., :512]);
     qo_indptr/kv_indptr [B+1] int; kv_indices [sum P] int32/int64 row ids; custom_mask flat bool/int8/uint8
     or None; mask_indptr [B+1] int (ignored without a mask). Semantics: module docstring.
     """
-    return _verify_attention(
-        q_extend,
-        k_extend,
-        v_extend,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        is_causal,
-        mask_indptr,
-        sm_scale,
-        k_scale,
-        v_scale,
-        skip_prefix_custom_mask,
-        compute_dtype,
-        causal_block_m,
-        _exact_softmax,
-    )
+    a = _bind(_REFERENCE_SIGNATURE, args, kwargs)
+    return _verify_attention(a, a["compute_dtype"], _exact_softmax)
+
+
+reference_verify_attention.__signature__ = _REFERENCE_SIGNATURE
 
 
 def _exact_softmax(s_pre, s_tail, v_pre, v_tail):
@@ -250,59 +232,31 @@ def _normalise(acc, denom):
     return torch.where(denom[..., None] > 0, acc / safe[..., None], torch.zeros_like(acc))
 
 
-def splitk_verify_attention(
-    q_extend,
-    k_extend,
-    v_extend,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    is_causal,
-    mask_indptr,
-    sm_scale=None,
-    k_scale=1.0,
-    v_scale=1.0,
-    skip_prefix_custom_mask=True,
-    split_size=256,
-    causal_block_m=SGLANG_MLA_BLOCK_M,
-) -> torch.Tensor:
+_SPLITK_VERIFY_SIGNATURE = _verify_signature("split_size", 256)
+
+
+def splitk_verify_attention(*args, **kwargs) -> torch.Tensor:
     """Split-K flash-decode arithmetic of the same semantics; returns [N, H, Dv] float32.
 
-    Each request's prefix is cut into ``split_size`` chunks; every chunk (and the draft tail) yields a
-    float32 partial (row max m, exp-sum l, accumulator acc, with softmax weights rounded to the value
+    Each request's prefix is cut into ``split_size`` chunks (default 256); every chunk (and the draft tail)
+    yields a float32 partial (row max m, exp-sum l, accumulator acc, with softmax weights rounded to the value
     dtype before P.V as a bf16 tensor-core kernel does); the partials are combined with weights
-    exp(m_i - max m). Arguments as ``reference_verify_attention``.
+    exp(m_i - max m). Arguments as ``reference_verify_attention``, with ``split_size`` in place of
+    ``compute_dtype`` (``_SPLITK_VERIFY_SIGNATURE``).
     """
+    a = _bind(_SPLITK_VERIFY_SIGNATURE, args, kwargs)
+    split_size = a["split_size"]
     if split_size < 1:
         raise ValueError(f"split_size must be >= 1, got {split_size}")
-    v_dtype = v_extend.dtype
+    v_dtype = a["v_extend"].dtype
 
     def combine(s_pre, s_tail, v_pre, v_tail):
         return _combine_splits(s_pre, s_tail, v_pre, v_tail, split_size, v_dtype)
 
-    return _verify_attention(
-        q_extend,
-        k_extend,
-        v_extend,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        is_causal,
-        mask_indptr,
-        sm_scale,
-        k_scale,
-        v_scale,
-        skip_prefix_custom_mask,
-        torch.float32,
-        causal_block_m,
-        combine,
-    )
+    return _verify_attention(a, torch.float32, combine)
+
+
+splitk_verify_attention.__signature__ = _SPLITK_VERIFY_SIGNATURE
 
 
 def _partial(s, v_dtype):
@@ -357,17 +311,8 @@ SGLANG_SIGNATURE = inspect.Signature(
 )
 
 
-# The stand-ins' arguments in the order reference_verify_attention / unserved_feature take them.
-_VERIFY_INPUTS = ("q_extend", "k_extend", "v_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
-                  "custom_mask", "is_causal", "mask_indptr")
+# The stand-ins' arguments in the order unserved_feature takes them.
 _SERVED_INPUTS = ("q_extend", "k_extend", "v_extend", "qo_indptr", "custom_mask", "max_len_extend")
-
-
-def _bind(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
-    """The call's arguments by name, defaults filled in; TypeError for a call the signature does not accept."""
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
 
 
 def _features_in_use(options: dict, has_mask: bool) -> list[str]:
