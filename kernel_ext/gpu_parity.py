@@ -103,6 +103,14 @@ def run_case(case: VerifyBatch, triton_fwd, label: dict) -> dict:
     return row
 
 
+def _case(h: int, t: int, batch: int, prefix, mask: str, index_dtype=torch.int64, *, seed: int,
+          shown: dict | None = None, **options):
+    """(label, builder) of one case: the label names its grid fields, with `shown` replacing or adding some."""
+    label = {**dict(H=h, T=t, batch=batch, prefix=prefix, mask=mask, index=str(index_dtype).split(".")[-1]),
+             **(shown or {})}
+    return label, lambda: make_case(h, t, batch, prefix, mask, index_dtype, seed=seed, **options)
+
+
 def grid_cases(subset: str):
     """(label, builder) pairs: the issue's grid (full), a representative slice (quick) or a tiny set."""
     if subset == "tiny":
@@ -114,50 +122,32 @@ def grid_cases(subset: str):
     else:
         shapes = list(itertools.product(GRID_H, GRID_T, GRID_BATCH, GRID_PREFIX))
     for i, (h, t, b, p) in enumerate(shapes):
-        mask = MASKS[i % 3]
-        idx = torch.int64 if (i // 3) % 2 == 0 else torch.int32
-        label = dict(H=h, T=t, batch=b, prefix=p, mask=mask, index=str(idx).split(".")[-1])
-        yield label, (lambda h=h, t=t, b=b, p=p, mask=mask, idx=idx, i=i: make_case(h, t, b, p, mask, idx, seed=i))
+        yield _case(h, t, b, p, MASKS[i % 3], torch.int64 if (i // 3) % 2 == 0 else torch.int32, seed=i)
+    mixed, spread = dict(prefix="mixed"), dict(prefix="spread")
+    scales = dict(k_scale=0.7, v_scale=1.3)
     extras = [
-        (dict(H=8, T=8, batch=6, prefix="mixed", mask="tree", index="int64"),
-         lambda: make_case(8, 8, 6, [0, 1, 7, 1000, 5000, 130], "tree", seed=1001)),
-        (dict(H=8, T=4, batch=70, prefix="mixed", mask="tree", index="int64"),
-         lambda: make_case(8, 4, 70, [(i * 397) % 2600 for i in range(70)], "tree", seed=1010)),
-        (dict(H=16, T=64, batch=5, prefix="mixed", mask="tree", index="int32"),
-         lambda: make_case(16, 64, 5, [4097, 0, 63, 20000, 9], "tree", torch.int32, seed=1002)),
+        _case(8, 8, 6, [0, 1, 7, 1000, 5000, 130], "tree", seed=1001, shown=mixed),
+        _case(8, 4, 70, [(i * 397) % 2600 for i in range(70)], "tree", seed=1010, shown=mixed),
+        _case(16, 64, 5, [4097, 0, 63, 20000, 9], "tree", torch.int32, seed=1002, shown=mixed),
         # one long request among more requests than a wave holds CTAs: the plan's waves of splits
-        (dict(H=16, T=16, batch=40, prefix="mixed", mask="tree", index="int64"),
-         lambda: make_case(16, 16, len(LONG_AMONG_SHORT), LONG_AMONG_SHORT, "tree", seed=1012)),
+        _case(16, 16, len(LONG_AMONG_SHORT), LONG_AMONG_SHORT, "tree", seed=1012, shown=mixed),
         # more requests than a wave holds work items, lengths spread: one split each, in waves
-        (dict(H=8, T=16, batch=80, prefix="spread", mask="tree", index="int32"),
-         lambda: make_case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=1013)),
-        (dict(H=8, T=16, batch=160, prefix="spread", mask="tree", index="int64"),
-         lambda: make_case(8, 16, len(SPREAD_LENGTHS_LONG), SPREAD_LENGTHS_LONG, "tree", seed=1014)),
+        _case(8, 16, len(SPREAD_LENGTHS), SPREAD_LENGTHS, "tree", torch.int32, seed=1013, shown=spread),
+        _case(8, 16, len(SPREAD_LENGTHS_LONG), SPREAD_LENGTHS_LONG, "tree", seed=1014, shown=spread),
         # long requests among many short ones: the combine's long-request pass
-        (dict(H=8, T=8, batch=64, prefix="3 long", mask="tree", index="int64"),
-         lambda: make_case(8, 8, len(LONG_AMONG_64), LONG_AMONG_64, "tree", seed=1015)),
-        (dict(H=8, T=8, batch=20, prefix="1 long", mask="chain", index="int32"),
-         lambda: make_case(8, 8, len(LONG_AMONG_20), LONG_AMONG_20, "chain", torch.int32, seed=1016)),
-        (dict(H=8, T=1, batch=1100, prefix="2 long", mask="causal", index="int64"),
-         lambda: make_case(8, 1, len(LONG_PAST_1024), LONG_PAST_1024, "causal", seed=1017)),
-        (dict(H=8, T=16, batch=3, prefix=500, mask="tree-int8", index="int64"),
-         lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003)),
-        (dict(H=8, T=16, batch=3, prefix=500, mask="tree-uint8", index="int64"),
-         lambda: make_case(8, 16, 3, 500, "tree", mask_dtype=torch.uint8, seed=1004)),
-        (dict(H=16, T=8, batch=4, prefix=777, mask="tree", index="int64", q="padded"),
-         lambda: make_case(16, 8, 4, 777, "tree", q_row_padding=64, seed=1005)),
-        (dict(H=8, T=16, batch=4, prefix=900, mask="tree", index="int64", graph_dtypes="int64 indptr, uint8 mask"),
-         lambda: make_case(8, 16, 4, 900, "tree", qo_indptr_dtype=torch.int64, kv_indptr_dtype=torch.int64,
-                           mask_dtype=torch.uint8, seed=1008)),
-        (dict(H=8, T=8, batch=2, prefix=3000, mask="tree", index="int64", scales="0.7/1.3"),
-         lambda: make_case(8, 8, 2, 3000, "tree", k_scale=0.7, v_scale=1.3, seed=1006)),
-        (dict(H=16, T=16, batch=3, prefix=2000, mask="tree", index="int32", scales="0.7/1.3"),
-         lambda: make_case(16, 16, 3, 2000, "tree", torch.int32, k_scale=0.7, v_scale=1.3, seed=1009)),
-        (dict(H=8, T=8, batch=2, prefix=3000, mask="causal", index="int64", is_causal=False),
-         lambda: make_case(8, 8, 2, 3000, "causal", is_causal=False, seed=1007)),
+        _case(8, 8, len(LONG_AMONG_64), LONG_AMONG_64, "tree", seed=1015, shown=dict(prefix="3 long")),
+        _case(8, 8, len(LONG_AMONG_20), LONG_AMONG_20, "chain", torch.int32, seed=1016, shown=dict(prefix="1 long")),
+        _case(8, 1, len(LONG_PAST_1024), LONG_PAST_1024, "causal", seed=1017, shown=dict(prefix="2 long")),
+        _case(8, 16, 3, 500, "tree", mask_dtype=torch.int8, seed=1003, shown=dict(mask="tree-int8")),
+        _case(8, 16, 3, 500, "tree", mask_dtype=torch.uint8, seed=1004, shown=dict(mask="tree-uint8")),
+        _case(16, 8, 4, 777, "tree", q_row_padding=64, seed=1005, shown=dict(q="padded")),
+        _case(8, 16, 4, 900, "tree", qo_indptr_dtype=torch.int64, kv_indptr_dtype=torch.int64,
+              mask_dtype=torch.uint8, seed=1008, shown=dict(graph_dtypes="int64 indptr, uint8 mask")),
+        _case(8, 8, 2, 3000, "tree", **scales, seed=1006, shown=dict(scales="0.7/1.3")),
+        _case(16, 16, 3, 2000, "tree", torch.int32, **scales, seed=1009, shown=dict(scales="0.7/1.3")),
+        _case(8, 8, 2, 3000, "causal", is_causal=False, seed=1007, shown=dict(is_causal=False)),
         # 33 splits per request on 132 SMs: the combine merges a lane's 8-9 splits in one batch of 9
-        (dict(H=8, T=8, batch=4, prefix=16384, mask="tree", index="int64"),
-         lambda: make_case(8, 8, 4, 16384, "tree", seed=1011)),
+        _case(8, 8, 4, 16384, "tree", seed=1011),
     ]
     # tiny keeps the two mixed-prefix cases: the second has more requests than the plan's warp has lanes
     yield from (extras if subset != "tiny" else extras[:2])
