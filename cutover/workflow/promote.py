@@ -533,20 +533,16 @@ def find_regression(
         if rise is not None and rise > promote.max_new_errors:
             return f"{rise:.0f} new {label} since the flip (allowed {promote.max_new_errors})"
     recent = _recent(samples, _recent_window_s(policy))
-    rate = _verify_rate(recent)
-    base_rate = base.get("verify_rate")
-    if base_rate and rate is not None and rate < promote.min_verify_rate_ratio * base_rate:
-        return (
-            f"verify steps/s fell to {rate:.2f} "
-            f"(< {promote.min_verify_rate_ratio} x shadow baseline {base_rate:.2f})"
-        )
-    mean = _mean_accept(recent)
-    base_accept = base.get("accept_length")
-    if base_accept and mean is not None and mean < promote.min_accept_length_ratio * base_accept:
-        return (
-            f"speculative accept length fell to {mean:.2f} (< {promote.min_accept_length_ratio} x shadow "
-            f"baseline {base_accept:.2f})"
-        )
+    return (_below_baseline("verify steps/s", _verify_rate(recent), promote.min_verify_rate_ratio,
+                            base.get("verify_rate"))
+            or _below_baseline("speculative accept length", _mean_accept(recent), promote.min_accept_length_ratio,
+                               base.get("accept_length")))
+
+
+def _below_baseline(what: str, value: float | None, ratio: float, baseline: float | None) -> str | None:
+    """Why `value` fell below `ratio` x the shadow baseline; None without a value or a baseline."""
+    if baseline and value is not None and value < ratio * baseline:
+        return f"{what} fell to {value:.2f} (< {ratio} x shadow baseline {baseline:.2f})"
     return None
 
 
