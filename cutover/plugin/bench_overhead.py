@@ -134,29 +134,33 @@ def bench_shape(shape, reps: int, runtime, paths, stock, generations) -> dict:
 
 def snapshot_markdown(rows: list[dict]) -> str:
     """The gated snapshot's cost per call and layer (unarmed, each mode) and per armed snapshot."""
-    lines = ["Gated truth-anchor snapshot: unarmed cost per call and layer (with - without the launch), armed cost "
-             "per snapshot (armed replay - unarmed replay)", "",
-             "| H | T | batch | prefix | unarmed triton us | unarmed shadow us | unarmed custom us | armed us | "
-             "requests kept |", "|" + "---|" * 9]
-    for r in rows:
-        lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | "
-                     f"{r['snapshot_unarmed_triton_us']:+.2f} | {r['snapshot_unarmed_shadow_us']:+.2f} | "
-                     f"{r['snapshot_unarmed_custom_us']:+.2f} | {r['snapshot_armed_us']:.1f} | "
-                     f"{r['snapshot_requests_kept']} of {r['batch']} |")
-    return "\n".join(lines) + "\n"
+    return _markdown_table(
+        "Gated truth-anchor snapshot: unarmed cost per call and layer (with - without the launch), armed cost "
+        "per snapshot (armed replay - unarmed replay)",
+        ["H", "T", "batch", "prefix", "unarmed triton us", "unarmed shadow us", "unarmed custom us", "armed us",
+         "requests kept"],
+        [[r["heads"], r["T"], r["batch"], r["prefix"], f"{r['snapshot_unarmed_triton_us']:+.2f}",
+          f"{r['snapshot_unarmed_shadow_us']:+.2f}", f"{r['snapshot_unarmed_custom_us']:+.2f}",
+          f"{r['snapshot_armed_us']:.1f}", f"{r['snapshot_requests_kept']} of {r['batch']}"] for r in rows])
 
 
 def markdown(rows: list[dict], device_name: str, dispatch: str) -> str:
-    head = ("| H | T | batch | prefix | index sets | stock us | custom bare us | plugin triton us | plugin shadow us | "
-            "plugin custom us | idle overhead us | custom overhead us | shadow overhead us | custom speedup |")
-    lines = [f"Plugin overhead per verify call, CUDA-graph replay, {device_name} "
-             f"(calls per graph: one cycle of the KV index sets, at least {CALLS_PER_GRAPH}; dispatch: {dispatch})",
-             "", head, "|" + "---|" * 14]
-    for r in rows:
-        lines.append(f"| {r['heads']} | {r['T']} | {r['batch']} | {r['prefix']} | {r['sets']} | {r['stock_us']:.1f} | "
-                     f"{r['custom_bare_us']:.1f} | {r['plugin_triton_us']:.1f} | {r['plugin_shadow_us']:.1f} | "
-                     f"{r['plugin_custom_us']:.1f} | {r['idle_overhead_us']:+.1f} | {r['custom_overhead_us']:+.1f} | "
-                     f"{r['shadow_overhead_us']:+.1f} | {r['custom_speedup_vs_stock']:.1f}x |")
+    return _markdown_table(
+        f"Plugin overhead per verify call, CUDA-graph replay, {device_name} "
+        f"(calls per graph: one cycle of the KV index sets, at least {CALLS_PER_GRAPH}; dispatch: {dispatch})",
+        ["H", "T", "batch", "prefix", "index sets", "stock us", "custom bare us", "plugin triton us",
+         "plugin shadow us", "plugin custom us", "idle overhead us", "custom overhead us", "shadow overhead us",
+         "custom speedup"],
+        [[r["heads"], r["T"], r["batch"], r["prefix"], r["sets"], f"{r['stock_us']:.1f}", f"{r['custom_bare_us']:.1f}",
+          f"{r['plugin_triton_us']:.1f}", f"{r['plugin_shadow_us']:.1f}", f"{r['plugin_custom_us']:.1f}",
+          f"{r['idle_overhead_us']:+.1f}", f"{r['custom_overhead_us']:+.1f}", f"{r['shadow_overhead_us']:+.1f}",
+          f"{r['custom_speedup_vs_stock']:.1f}x"] for r in rows])
+
+
+def _markdown_table(title: str, columns: list[str], rows: list[list]) -> str:
+    """`title`, a blank line, then a Markdown table of `columns` and `rows`."""
+    lines = [title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
