@@ -45,98 +45,56 @@ MAX_RECORD_BYTES = 1 << 20  # a control, heartbeat, lock or phase file larger th
 MAX_RECORD_DEPTH = 32  # JSON nesting deeper than this is corrupt (no record nests beyond a few levels)
 
 
+class _Path:
+    """A HostPaths attribute: `parts` under one of its roots (a dataclass field's name). A part with `{}` makes it
+    a method whose argument (a rank, a release or run id) fills the `{}`; otherwise it is the path itself.
+    A part that is only `{}` is the argument itself, so an id that is not a string is refused (TypeError)."""
+
+    def __init__(self, root: str, *parts: str):
+        self.root, self.parts = root, parts
+
+    def __get__(self, paths, owner=None):
+        if paths is None:
+            return self
+        root = getattr(paths, self.root)
+        if any("{}" in part for part in self.parts):
+            return lambda key: str(PurePosixPath(root, *(key if part == "{}" else part.format(key)
+                                                         for part in self.parts)))
+        return str(PurePosixPath(root, *self.parts))
+
+
 @dataclass(frozen=True)
 class HostPaths:
-    """Every host-side path, derived from the two roots (POSIX paths: hosts are Linux)."""
+    """Every host-side path, derived from the two roots (POSIX paths: hosts are Linux); the module docstring
+    draws the layout."""
 
     cutover_root: str
     state_dir: str
 
-    def _root(self, *parts: str) -> str:
-        return str(PurePosixPath(self.cutover_root, *parts))
-
-    def _state(self, *parts: str) -> str:
-        return str(PurePosixPath(self.state_dir, *parts))
-
-    @property
-    def releases(self) -> str:
-        return self._root("releases")
-
-    def release(self, release_id: str) -> str:
-        return self._root("releases", release_id)
-
-    @property
-    def current(self) -> str:
-        return self._root("current")
-
-    @property
-    def previous(self) -> str:
-        return self._root("previous")
-
-    @property
-    def rollback_record(self) -> str:
-        """The last `rollback --to previous` switch (from/to, the new current link's identity, done)."""
-        return self._state("rollback-release.json")
-
-    @property
-    def control(self) -> str:
-        return self._state("control.json")
-
-    @property
-    def control_lock(self) -> str:
-        """Taken by every writer of control.json for its read-modify-write (cutover/hostprotocol/controlwrite.py)."""
-        return self._state("control.json.lock")
-
-    @property
-    def phase(self) -> str:
-        return self._state("phase.json")
-
-    @property
-    def runtime(self) -> str:
-        return self._state("runtime")
-
-    def heartbeat(self, rank: int) -> str:
-        return self._state("runtime", f"rank-{rank}.json")
-
-    def armed_marker(self, rank: int) -> str:
-        return self._state("runtime", f"armed-rank-{rank}.json")
-
-    @property
-    def stats(self) -> str:
-        return self._state("stats")
-
-    def stats_file(self, rank: int) -> str:
-        return self._state("stats", f"rank-{rank}.jsonl")
-
-    @property
-    def captures(self) -> str:
-        return self._state("captures")
-
-    @property
-    def verdicts(self) -> str:
-        return self._state("verdicts")
-
-    def verdict(self, run_id: str) -> str:
-        return self._state("verdicts", f"{run_id}.json")
-
-    def acceptance_record(self, release_id: str) -> str:
-        return self._state("acceptance", f"{release_id}.json")
-
-    def acceptance_log(self, release_id: str) -> str:
-        return self._state("acceptance", f"{release_id}.log")
-
-    @property
-    def installed_wheel_marker(self) -> str:
-        """The sha1 of the plugin wheel stage installed last (written by playbooks/stage.yml)."""
-        return self._root("wheels", "installed.sha1")
-
-    @property
-    def journal(self) -> str:
-        return self._state("journal.jsonl")
-
-    @property
-    def lock(self) -> str:
-        return self._state("lock")
+    releases = _Path("cutover_root", "releases")
+    release = _Path("cutover_root", "releases", "{}")  # (release_id)
+    current = _Path("cutover_root", "current")
+    previous = _Path("cutover_root", "previous")
+    # the sha1 of the plugin wheel stage installed last (written by playbooks/stage.yml)
+    installed_wheel_marker = _Path("cutover_root", "wheels", "installed.sha1")
+    # the last `rollback --to previous` switch (from/to, the new current link's identity, done)
+    rollback_record = _Path("state_dir", "rollback-release.json")
+    control = _Path("state_dir", "control.json")
+    # taken by every writer of control.json for its read-modify-write (cutover/hostprotocol/controlwrite.py)
+    control_lock = _Path("state_dir", "control.json.lock")
+    phase = _Path("state_dir", "phase.json")
+    runtime = _Path("state_dir", "runtime")
+    heartbeat = _Path("state_dir", "runtime", "rank-{}.json")  # (rank)
+    armed_marker = _Path("state_dir", "runtime", "armed-rank-{}.json")  # (rank)
+    stats = _Path("state_dir", "stats")
+    stats_file = _Path("state_dir", "stats", "rank-{}.jsonl")  # (rank)
+    captures = _Path("state_dir", "captures")
+    verdicts = _Path("state_dir", "verdicts")
+    verdict = _Path("state_dir", "verdicts", "{}.json")  # (run_id)
+    acceptance_record = _Path("state_dir", "acceptance", "{}.json")  # (release_id)
+    acceptance_log = _Path("state_dir", "acceptance", "{}.log")  # (release_id)
+    journal = _Path("state_dir", "journal.jsonl")
+    lock = _Path("state_dir", "lock")
 
 
 def load_record(text: str | bytes, what: str) -> dict:
