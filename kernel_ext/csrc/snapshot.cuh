@@ -22,6 +22,7 @@
 
 #include "cutover_verify.h"
 #include "dependent_launch.cuh"
+#include "verify_args.cuh"
 
 namespace cutover {
 
@@ -31,24 +32,8 @@ constexpr int kSnapQkChunks = 576 * 2 / 16;  // 16-byte chunks of a q / k row
 constexpr int kSnapVChunks = 512 * 2 / 16;   // of a v / o row
 constexpr long long kSnapLow20 = (1LL << 20) - 1;  // the layer + 1 of an arm token; a ticket's count
 
-struct SnapshotArgs {
-  const __nv_bfloat16* q;
-  int64_t sq0, sq1;
-  const __nv_bfloat16* kx;
-  int64_t skx;
-  const __nv_bfloat16* vx;
-  int64_t svx;
-  const __nv_bfloat16* o;
-  int64_t so0, so1;
-  const __nv_bfloat16* s;  // the shadow scratch (our output)
-  int64_t ss0, ss1;
-  const __nv_bfloat16* kv;
-  int64_t skv;
-  const void* qo_indptr;
-  const void* kv_indptr;
-  const void* kv_indices;
-  const uint8_t* mask;
-  const void* mask_indptr;
+// The call's tensors as the verify kernels see them (o_alt: the shadow scratch, our output), then the snapshot's own.
+struct SnapshotArgs : VerifyTensors {
   int qo64, kv64, ki64, mi64;
   int B, H, T, is_causal, layer, from_graph;
   float sm_scale, k_scale, v_scale;
@@ -203,7 +188,7 @@ __device__ void snapshot_copy(const SnapshotArgs& a, const SnapPlan& p) {
     return a.o + (q0 + row / H) * a.so0 + (row % H) * a.so1;
   });
   snap_copy_rows(a.data + p.off_s, p.tokens * H, kSnapVChunks, [&](long long row) {
-    return a.s + (q0 + row / H) * a.ss0 + (row % H) * a.ss1;
+    return a.o_alt + (q0 + row / H) * a.sa0 + (row % H) * a.sa1;
   });
   const long long kv0 = p.kv0;
   snap_copy_rows(a.data + p.off_kv, p.rows, kSnapQkChunks, [&](long long row) {

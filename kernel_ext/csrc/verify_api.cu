@@ -243,6 +243,31 @@ int check_params(const CutoverVerifyParams* a) {
   return CUTOVER_OK;
 }
 
+// What KernelArgs and SnapshotArgs both take from the call's parameters: its tensors (VerifyTensors), the dtypes
+// of qo_indptr, kv_indptr and mask_indptr, its shape, causality, scales and enable flags.
+template <class Args>
+void set_call(Args& k, const CutoverVerifyParams* a) {
+  k.q = static_cast<const __nv_bfloat16*>(a->q);
+  k.sq0 = a->q_stride_token; k.sq1 = a->q_stride_head;
+  k.kx = static_cast<const __nv_bfloat16*>(a->k_extend); k.skx = a->k_extend_stride_token;
+  k.vx = static_cast<const __nv_bfloat16*>(a->v_extend); k.svx = a->v_extend_stride_token;
+  k.o = static_cast<__nv_bfloat16*>(a->o);
+  k.so0 = a->o_stride_token; k.so1 = a->o_stride_head;
+  k.o_alt = static_cast<__nv_bfloat16*>(a->o_alt);
+  k.sa0 = a->o_alt_stride_token; k.sa1 = a->o_alt_stride_head;
+  k.kv = static_cast<const __nv_bfloat16*>(a->kv_buffer); k.skv = a->kv_buffer_stride_row;
+  k.qo_indptr = a->qo_indptr; k.kv_indptr = a->kv_indptr; k.kv_indices = a->kv_indices;
+  k.mask = static_cast<const uint8_t*>(a->custom_mask); k.mask_indptr = a->mask_indptr;
+  k.qo64 = a->qo_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.kv64 = a->kv_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.mi64 = a->mask_indptr_dtype == CUTOVER_DTYPE_INT64;
+  k.is_causal = a->is_causal != 0;
+  k.B = a->batch; k.H = a->num_heads; k.T = a->max_extend;
+  k.sm_scale = a->sm_scale; k.k_scale = a->k_scale; k.v_scale = a->v_scale;
+  k.k_scale_ptr = a->k_scale_ptr; k.v_scale_ptr = a->v_scale_ptr;
+  k.enable = a->enable;
+}
+
 // The plan's main kernel (`kernel32` / `kernel64` by the kv_indices dtype) on its grid. With early_start it is a
 // programmatic dependent of the kernel before it (e.g. the gate): its CTAs plan and read their first row ids
 // while that kernel runs, then wait for it (CutoverVerifyParams.early_start says what the caller guarantees).
@@ -345,25 +370,7 @@ int cutover_verify_attention(const CutoverVerifyParams* a, cudaStream_t stream) 
                 (long long)a->workspace_bytes, (long long)p.bytes);
 
   KernelArgs k;
-  k.q = static_cast<const __nv_bfloat16*>(a->q);
-  k.sq0 = a->q_stride_token; k.sq1 = a->q_stride_head;
-  k.kx = static_cast<const __nv_bfloat16*>(a->k_extend); k.skx = a->k_extend_stride_token;
-  k.vx = static_cast<const __nv_bfloat16*>(a->v_extend); k.svx = a->v_extend_stride_token;
-  k.o = static_cast<__nv_bfloat16*>(a->o);
-  k.so0 = a->o_stride_token; k.so1 = a->o_stride_head;
-  k.o_alt = static_cast<__nv_bfloat16*>(a->o_alt);
-  k.sa0 = a->o_alt_stride_token; k.sa1 = a->o_alt_stride_head;
-  k.kv = static_cast<const __nv_bfloat16*>(a->kv_buffer); k.skv = a->kv_buffer_stride_row;
-  k.qo_indptr = a->qo_indptr; k.kv_indptr = a->kv_indptr; k.kv_indices = a->kv_indices;
-  k.mask = static_cast<const uint8_t*>(a->custom_mask); k.mask_indptr = a->mask_indptr;
-  k.qo64 = a->qo_indptr_dtype == CUTOVER_DTYPE_INT64;
-  k.kv64 = a->kv_indptr_dtype == CUTOVER_DTYPE_INT64;
-  k.mi64 = a->mask_indptr_dtype == CUTOVER_DTYPE_INT64;
-  k.is_causal = a->is_causal != 0;
-  k.B = a->batch; k.H = a->num_heads; k.T = a->max_extend;
-  k.sm_scale = a->sm_scale; k.k_scale = a->k_scale; k.v_scale = a->v_scale;
-  k.k_scale_ptr = a->k_scale_ptr; k.v_scale_ptr = a->v_scale_ptr;
-  k.enable = a->enable;
+  set_call(k, a);
   char* ws = static_cast<char*>(a->workspace);
   k.req = reinterpret_cast<int2*>(ws);
   k.part_lse = reinterpret_cast<float2*>(ws + p.off_lse);
@@ -453,24 +460,10 @@ int cutover_verify_snapshot(const CutoverVerifyParams* call, const int32_t* gate
     return fail(CUTOVER_ERR_WORKSPACE, "verify_snapshot: staging area of %lld bytes, the header alone needs %lld",
                 (long long)call->workspace_bytes, header_bytes);
   SnapshotArgs k;
-  k.q = static_cast<const __nv_bfloat16*>(call->q); k.sq0 = call->q_stride_token; k.sq1 = call->q_stride_head;
-  k.kx = static_cast<const __nv_bfloat16*>(call->k_extend); k.skx = call->k_extend_stride_token;
-  k.vx = static_cast<const __nv_bfloat16*>(call->v_extend); k.svx = call->v_extend_stride_token;
-  k.o = static_cast<const __nv_bfloat16*>(call->o); k.so0 = call->o_stride_token; k.so1 = call->o_stride_head;
-  k.s = static_cast<const __nv_bfloat16*>(call->o_alt); k.ss0 = call->o_alt_stride_token;
-  k.ss1 = call->o_alt_stride_head;
-  k.kv = static_cast<const __nv_bfloat16*>(call->kv_buffer); k.skv = call->kv_buffer_stride_row;
-  k.qo_indptr = call->qo_indptr; k.kv_indptr = call->kv_indptr; k.kv_indices = call->kv_indices;
-  k.mask = static_cast<const uint8_t*>(call->custom_mask); k.mask_indptr = call->mask_indptr;
-  k.qo64 = call->qo_indptr_dtype == CUTOVER_DTYPE_INT64;
-  k.kv64 = call->kv_indptr_dtype == CUTOVER_DTYPE_INT64;
+  set_call(k, call);
   k.ki64 = call->kv_indices_dtype == CUTOVER_DTYPE_INT64;
-  k.mi64 = call->mask_indptr_dtype == CUTOVER_DTYPE_INT64;
-  k.B = call->batch; k.H = call->num_heads; k.T = call->max_extend; k.is_causal = call->is_causal != 0;
   k.layer = layer; k.from_graph = from_graph != 0;
-  k.sm_scale = call->sm_scale; k.k_scale = call->k_scale; k.v_scale = call->v_scale;
-  k.k_scale_ptr = call->k_scale_ptr; k.v_scale_ptr = call->v_scale_ptr;
-  k.enable = call->enable; k.gate_state = gate_state;
+  k.gate_state = gate_state;
   k.header = static_cast<long long*>(call->workspace);
   k.data = static_cast<uint8_t*>(call->workspace) + header_bytes;
   k.capacity = call->workspace_bytes - header_bytes;

@@ -12,7 +12,9 @@ namespace cutover {
 constexpr int kDimQK = 576;
 constexpr int kDimV = 512;
 
-struct KernelArgs {
+// The tensors of a verify call (SGLang's buffers, strides in elements), as the verify kernels and the snapshot
+// kernel both read them: the first members of KernelArgs and SnapshotArgs.
+struct VerifyTensors {
   const __nv_bfloat16* q;
   int64_t sq0, sq1;
   const __nv_bfloat16* kx;
@@ -30,6 +32,9 @@ struct KernelArgs {
   const void* kv_indices;
   const uint8_t* mask;
   const void* mask_indptr;
+};
+
+struct KernelArgs : VerifyTensors {
   int qo64, kv64, mi64;
   int is_causal;
   int B, H, T;
