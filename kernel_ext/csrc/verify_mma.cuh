@@ -126,6 +126,8 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
   const int owarp = C::ROLES ? warp - C::S_WARPS : warp;  // index among the O warps
   const int ws_m = warp % C::WS_M, ws_n = warp / C::WS_M;
   const int wo_m = owarp % C::WO_M, wo_d = owarp / C::WO_M;
+  // The tile row of this thread's m16n8 accumulator fragment (row tile mt, half hf) among its S warp's rows.
+  auto s_row = [&](int mt, int hf) { return ws_m * C::S_ROWS + mt * 16 + g + hf * 8; };
   const int gtid = C::ROLES ? tid - C::S_WARPS * 32 : tid;  // index among the gatherers
   auto sync_scorers = [] { sync_threads_of(C::kScorersBarrier, C::S_WARPS * 32); };
   auto sync_accumulators = [] { sync_threads_of(C::kAccumulatorsBarrier, C::O_WARPS * 32); };
@@ -255,8 +257,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     for (int mt = 0; mt < C::MT_S; ++mt) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
-        const int grow = row0 + lr;
+        const int lr = s_row(mt, hf), grow = row0 + lr;
         float mx = -CUDART_INF_F;
 #pragma unroll
         for (int nt = 0; nt < C::NT_S; ++nt) {
@@ -284,7 +285,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
     for (int mt = 0; mt < C::MT_S; ++mt) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+        const int lr = s_row(mt, hf);
         float mtile = sRed[lr];
 #pragma unroll
         for (int w = 1; w < C::WS_N; ++w) mtile = fmaxf(mtile, sRed[w * C::M_TILE + lr]);
@@ -492,7 +493,7 @@ __device__ __forceinline__ void verify_main_body(const KernelArgs& a) {
         float l = l_run[mt][hf];
         l += __shfl_xor_sync(kFullWarp, l, 1);
         l += __shfl_xor_sync(kFullWarp, l, 2);
-        const int lr = ws_m * C::S_ROWS + mt * 16 + g + hf * 8;
+        const int lr = s_row(mt, hf);
         if (cq == 0) {
           sLred[ws_n * C::M_TILE + lr] = l;
           if (ws_n == 0) sMfin[lr] = m_run[mt][hf];
