@@ -61,15 +61,10 @@ class RunStore:
     def __init__(self, root: str | Path | None, run_id: str):
         self.run_id = run_id
         self.dir = reports_root(root) / run_id
+        self.run_file = self.dir / "run.json"
+        self.verdict_file = self.dir / "verdict.json"
+        self.promote_file = self.dir / "promote.jsonl"
         self.unreadable_lines = 0  # stats lines the last iter_stats skipped
-
-    @property
-    def run_file(self) -> Path:
-        return self.dir / "run.json"
-
-    @property
-    def verdict_file(self) -> Path:
-        return self.dir / "verdict.json"
 
     def stats_file(self, host: str, rank: int) -> Path:
         return self.dir / "stats" / host / f"rank-{rank}.jsonl"
@@ -101,10 +96,6 @@ class RunStore:
                             self.unreadable_lines += 1
                         else:
                             yield host_dir.name, record
-
-    @property
-    def promote_file(self) -> Path:
-        return self.dir / "promote.jsonl"
 
     def append_promote(self, record: dict) -> None:
         """One probe or the outcome of a promote watch that relied on this run's verdict."""
