@@ -1,8 +1,8 @@
 """The `cutover` typer app: global options, the error boundary, and the verb registry.
 
 Adding a verb: write `cutover/cli/<verb>.py` with a function `register(app: typer.Typer) -> None` that does
-`app.command()(<verb function>)` (the function's docstring is its help; it takes the shared options from
-`cutover.cli.common` and calls one library function), then add ONE line to the registry below:
+`app.command()(<verb function>)` (the function's docstring is its help; `@common.takes_globals(...)` gives it the
+global options it names, and it calls one library function), then add ONE line to the registry below:
 
     from cutover.cli import <verb>; <verb>.register(app)
 
