@@ -105,7 +105,7 @@ class Context:
 
 
 def _merged(ctx: typer.Context, inventory=None, limit=None, config_file=None, json_out=False, verbose=False,
-           yes=False) -> Globals:
+            yes=False) -> Globals:
     """The verb's options: what was typed wins over the environment ($CUTOVER_INVENTORY, $CUTOVER_LIMIT,
     $CUTOVER_CONFIG) in either position, and typed after the verb wins over typed before it."""
     root = ctx.find_root()
