@@ -28,7 +28,8 @@ from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
 from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks, stack_changes, unusable
-from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
+from cutover.workflow.observe import (HostLink, RankTracker, locked_links, trackers_from_ack,
+                                     with_heartbeat_counters)
 from cutover.workflow.probes import ServerSample, counter_rate, mean_of, probe, tokens_per_s
 from cutover.workflow.runstore import RunStore
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
@@ -331,7 +332,7 @@ def _promote_host(
     gates = GateWatch(options.policy.prometheus, "promote")
     gates.record_before()  # a relative gate's value before the flip; nothing is switched if it cannot be read
     record = _run_recorder(options.reports_dir, plan.run_id)
-    triton = triton_figures(link.host, options.policy)
+    triton = triton_figures(link, options.policy)
     say(f"{link.name}: verify steps/s on Triton before the flip: {_rate(triton['verify_rate'])} (shadow baseline "
         f"{_rate(plan.baseline.get('verify_rate'))})"
         + _beside_shadow("accept length", triton["accept_length"], plan.baseline.get("accept_length"))
@@ -406,18 +407,30 @@ def _promote_host(
 PRE_FLIP_PROBES = 3  # probes of the host on Triton right before its flip: what the flip is measured against
 
 
-def triton_figures(host: Host, policy: Policy) -> dict[str, float | None]:
+def triton_figures(link: HostLink, policy: Policy) -> dict[str, float | None]:
     """Verify steps/s, accept length and tokens/s of the host on Triton right before its flip, over
-    PRE_FLIP_PROBES probes (each None when the server does not answer or expose it)."""
+    PRE_FLIP_PROBES probes (each None when the server does not answer or expose it). The verify steps come from
+    the ranks' heartbeat counters where the server exports none, as in shadow and in the watch."""
     session = requests.Session()
+    trackers = trackers_from_ack(link.name, link.call(lambda st: st.ranks()))
     samples = []
     for index in range(PRE_FLIP_PROBES):
         if index:
             time.sleep(policy.promote.probe_interval_s)
-        samples.append(probe(host, session))
+        samples.append(probe_with_heartbeats(link, session, trackers, refresh=index > 0))
     healthy = [s for s in samples if s.healthy]
     return {"verify_rate": _verify_rate(healthy), "accept_length": mean_of(healthy, "accept_length"),
             "tokens_per_s": tokens_per_s(healthy, RATED_PROBES)}
+
+
+def probe_with_heartbeats(link: HostLink, session: requests.Session, trackers: list[RankTracker],
+                          refresh: bool = True) -> ServerSample:
+    """One probe of the host's server, its missing counters filled from the ranks' heartbeats (re-read first
+    unless ``refresh`` is off)."""
+    if refresh:
+        for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
+            tracker.update(view)
+    return with_heartbeat_counters(probe(link.host, session), trackers)
 
 
 def _rate(value: float | None) -> str:
@@ -479,7 +492,7 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch, t
     policy = options.policy
     trackers = trackers_from_ack(link.name, ack.ranks)
     session = requests.Session()
-    first = with_heartbeat_counters(probe(link.host, session), trackers)  # reference for the counters
+    first = probe_with_heartbeats(link, session, trackers, refresh=False)  # reference for the counters
     samples: list[ServerSample] = [first] if first.healthy else []
     failed_probes = 0 if first.healthy else 1
     start = renewed = time.monotonic()
@@ -490,9 +503,7 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch, t
             link.call(lambda st: st.renew_lease(generation, options.lease_ttl_s))
             keep_locks()
             renewed = time.monotonic()
-        for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
-            tracker.update(view)
-        sample = with_heartbeat_counters(probe(link.host, session), trackers)
+        sample = probe_with_heartbeats(link, session, trackers)
         failed_probes = 0 if sample.healthy else failed_probes + 1
         if sample.healthy:
             samples.append(sample)

@@ -127,14 +127,19 @@ def heartbeat_metrics(host) -> str:
     return f"cutover_verify_steps_total {steps}\ncutover_errors_total 0\ncutover_nonfinite_total 0\n"
 
 
-def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path):
+SGLANG_METRICS = "sglang:num_running_reqs 3\n"  # SGLang's own /metrics: no cutover_* series
+
+
+@pytest.mark.parametrize("exports_cutover_series", [True, False], ids=["sandbox-metrics", "sglang-metrics"])
+def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path, exports_cutover_series):
     """`cutover promote` in a log: one line per probe with the countdown, health, the verify rate against the
-    shadow baseline and its rollback floor, new error counts and the lease."""
+    shadow baseline and its rollback floor, new error counts and the lease. A server exporting no cutover_*
+    series (SGLang's) gets the verify rate, before the flip and in the watch, from the ranks' heartbeats."""
     host = local_host(tmp_path, "h1")
     write_phase(host, "shadow_passed", run_id=RUN)
     write_control(host)
     server = LocalServer(host, traffic=True)
-    front = MetricsFront(lambda: heartbeat_metrics(host))
+    front = MetricsFront(lambda: heartbeat_metrics(host) if exports_cutover_series else SGLANG_METRICS)
     try:
         write_verdict(host, RUN, baseline={"verify_rate": 0.01}, stacks=server.stacks)
         inventory = tmp_path / "inventory.yml"
