@@ -22,6 +22,7 @@ NONFINITE = "cutover_nonfinite_total"
 ACCEPT_LENGTH = "sglang:spec_accept_length"
 GENERATION_TOKENS = "sglang:generation_tokens_total"  # counter: tokens of the requests finished so far
 GEN_THROUGHPUT = "sglang:gen_throughput"  # gauge: tokens/s over the scheduler's last log interval
+AVERAGED_SERIES = frozenset({ACCEPT_LENGTH})
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -31,8 +32,9 @@ def server_url(host: Host) -> str:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {metric name: value summed over its label sets}."""
-    values: dict[str, float] = {}
+    """Prometheus text -> {metric name: value summed over its label sets}; a per-scheduler average (the accept
+    length, one label set per data-parallel rank) is averaged instead."""
+    seen: dict[str, list[float]] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if not match or line.startswith("#"):
@@ -41,8 +43,9 @@ def parse_metrics(text: str) -> dict[str, float]:
             value = float(match.group(3))
         except ValueError:
             continue
-        values[match.group(1)] = values.get(match.group(1), 0.0) + value
-    return values
+        seen.setdefault(match.group(1), []).append(value)
+    return {name: sum(values) / len(values) if name in AVERAGED_SERIES else sum(values)
+            for name, values in seen.items()}
 
 
 @dataclass

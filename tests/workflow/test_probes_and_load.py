@@ -12,7 +12,8 @@ METRICS = """\
 cutover_verify_steps_total{rank="0"} 100
 cutover_verify_steps_total{rank="1"} 102
 cutover_errors_total 3
-sglang:spec_accept_length 2.5
+sglang:spec_accept_length{model_name="m",dp_rank="0"} 2.0
+sglang:spec_accept_length{model_name="m",dp_rank="1"} 3.0
 sglang:generation_tokens_total{model_name="m",tp_rank="0"} 1200
 sglang:generation_tokens_total{model_name="m",tp_rank="1"} 34
 cutover_mode{rank="0",mode="shadow"} 1
@@ -20,7 +21,7 @@ not a metric line
 """
 
 
-def test_parse_metrics_sums_label_sets_and_skips_comments():
+def test_parse_metrics_sums_label_sets_averages_the_accept_length_and_skips_comments():
     values = parse_metrics(METRICS)
     assert values["cutover_verify_steps_total"] == 202
     assert values["cutover_errors_total"] == 3
