@@ -22,6 +22,7 @@ from cutover.plugin.hooks import around_backend_init, around_forward_extend, reg
 from cutover.plugin.snapshot import graph_replay_standin
 from cutover.sandbox.backend import StandInBackend, StandInForwardBatch, StandInLayer, StandInModelRunner
 from cutover.sandbox.faults import FaultyKernels, parse_faults, read_fault_spec
+from cutover.sandbox.speculative import SpeculativeStats
 from kernel_ext.cudagraph import capture_graph
 
 log = logging.getLogger("cutover.sandbox")
@@ -105,6 +106,7 @@ class RankWorker:
         self.fault_spec = ""
         self._next_fault_check = 0.0
         self.traffic = Traffic(self.device, seed + rank, torch.bfloat16)
+        self.speculative = SpeculativeStats(seed) if rank == 0 else None  # one rank speaks for the server
         self.steps = 0
 
     def check_faults(self) -> None:
@@ -136,27 +138,36 @@ class RankWorker:
         while not stop():
             self.check_faults()
             eager = self.steps % EAGER_EVERY == 0
+            shape = self.traffic.shape()
             with contextlib.nullcontext() if eager else graph_replay_standin():
-                self.step(self.traffic.batch())
+                self.step(self.traffic.batch(shape))
+            self.served(shape)
             self.steps += 1
             time.sleep(self.step_interval_s)
 
     def run_cuda(self, stop) -> None:
-        graphs = [self._capture(self.traffic.batch(self.traffic.shape())) for _ in range(3)]
+        graphs = [self._capture(self.traffic.shape()) for _ in range(3)]
         while not stop():
             self.check_faults()
-            graph, batch = graphs[self.steps % len(graphs)]
+            graph, batch, shape = graphs[self.steps % len(graphs)]
             batch.q.normal_()
             if self.steps % EAGER_EVERY == 0:
                 self.step(batch)
             else:
                 graph.replay()
             torch.cuda.current_stream().synchronize()
+            self.served(shape)
             self.steps += 1
             time.sleep(self.step_interval_s)
 
-    def _capture(self, batch):
-        return capture_graph(lambda: self.step(batch)), batch
+    def served(self, shape: dict) -> None:
+        """Count the verify step of `shape` in the server's speculative series (on the rank that keeps them)."""
+        if self.speculative is not None:
+            self.speculative.record(shape["T"], shape["batch"])
+
+    def _capture(self, shape: dict):
+        batch = self.traffic.batch(shape)
+        return capture_graph(lambda: self.step(batch)), batch, shape
 
 
 def run_rank(rank: int, device: str, layers: int, step_interval_s: float, state_dir: str, seed: int = 0) -> int:

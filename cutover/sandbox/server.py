@@ -183,8 +183,8 @@ def render_metrics(config: ServerConfig, supervisor: RankSupervisor, generate_re
 
 
 def plugin_series(prometheus_dir: str) -> str:
-    """The plugin's series the ranks wrote into the multiprocess directory (docs/metrics.md), as SGLang's own
-    /metrics shows them."""
+    """The series the ranks wrote into the multiprocess directory, as SGLang's own /metrics shows them: the
+    plugin's (docs/metrics.md) and rank 0's stand-ins for SGLang's generated tokens and accept length."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 

@@ -28,8 +28,9 @@ from cutover.errors import CutoverError, GateFailedError, PhaseError
 from cutover.hoststate import release_of
 from cutover.rollback import rollback_hosts
 from cutover.servingstack import distinct_stacks, stack_changes, unusable
-from cutover.workflow.observe import HostLink, locked_links, trackers_from_ack, with_heartbeat_counters
-from cutover.workflow.probes import ServerSample, probe
+from cutover.workflow.observe import (HostLink, RankTracker, locked_links, trackers_from_ack,
+                                     with_heartbeat_counters)
+from cutover.workflow.probes import ServerSample, counter_rate, mean_of, probe, tokens_per_s
 from cutover.workflow.runstore import RunStore
 from cutover.workflow.shadow import DEFAULT_LEASE_TTL_S, sigint_deferred
 
@@ -104,9 +105,12 @@ class WatchTick:
     max_new_errors: float
     accept_length: float | None
     base_accept_length: float | None
+    tokens_per_s: float | None  # generated tokens/s over the recent window; None where the server exposes none
+    base_tokens_per_s: float | None
 
     def line(self) -> str:
-        """The tick on one line: countdown, health, verify rate against its floor, error counts, lease."""
+        """The tick on one line: countdown, health, verify rate against its floor, error counts, accept length and
+        tokens/s where known, lease."""
         left = math.ceil(max(0.0, self.watch_s - self.elapsed_s))
         health = "ok" if self.healthy else f"FAILED ({self.error})"
         rate = "-" if self.verify_rate is None else f"{self.verify_rate:.2f}/s"
@@ -115,13 +119,19 @@ class WatchTick:
                      f"{self.min_verify_rate_ratio * self.base_verify_rate:.2f})")
         else:
             rate += " (no shadow baseline: not checked)"
-        accept = "" if self.accept_length is None and not self.base_accept_length else (
-            f" | accept length {'-' if self.accept_length is None else f'{self.accept_length:.2f}'}"
-            + (f" vs shadow {self.base_accept_length:.2f}" if self.base_accept_length else ""))
+        served = (_beside_shadow("accept length", self.accept_length, self.base_accept_length)
+                  + _beside_shadow("tokens/s", self.tokens_per_s, self.base_tokens_per_s))
         return (f"{self.host}: watch {_clock(self.elapsed_s)} of {_clock(self.watch_s)}, {_clock(left)} left | "
                 f"health {health}, failed in a row {self.failed_probes}/{self.max_failed_probes} | verify rate {rate}"
                 f" | new errors {_count(self.new_errors)}, new non-finite {_count(self.new_nonfinite)} (allowed "
-                f"{self.max_new_errors:g}){accept} | lease {self.lease_left_s:.0f} s left")
+                f"{self.max_new_errors:g}){served} | lease {self.lease_left_s:.0f} s left")
+
+
+def _beside_shadow(label: str, value: float | None, base: float | None) -> str:
+    """" | <label> <value> vs shadow <base>" for a figure the server exposes ("" when neither is known)."""
+    if value is None and not base:
+        return ""
+    return f" | {label} {_rate(value)}" + (f" vs shadow {base:.2f}" if base else "")
 
 
 def _clock(seconds: float) -> str:
@@ -246,6 +256,7 @@ def recheck_before_flip(link: HostLink, checked: HostPlan, policy: Policy) -> Ho
 
 
 RECENT_WINDOW_S = 120.0  # rates and accept lengths are judged over this much of the latest probes
+RATED_PROBES = 3  # the fewest probes a rate of the watch (or of the host right before its flip) is taken over
 
 
 class _Regression(Exception):
@@ -321,10 +332,12 @@ def _promote_host(
     gates = GateWatch(options.policy.prometheus, "promote")
     gates.record_before()  # a relative gate's value before the flip; nothing is switched if it cannot be read
     record = _run_recorder(options.reports_dir, plan.run_id)
-    triton_rate = triton_verify_rate(link.host, options.policy)
-    say(f"{link.name}: verify steps/s on Triton before the flip: {_rate(triton_rate)} (shadow baseline "
-        f"{_rate(plan.baseline.get('verify_rate'))})")
-    record({"at": time.time(), "host": link.name, "triton_verify_rate": triton_rate})
+    triton = triton_figures(link, options.policy)
+    say(f"{link.name}: verify steps/s on Triton before the flip: {_rate(triton['verify_rate'])} (shadow baseline "
+        f"{_rate(plan.baseline.get('verify_rate'))})"
+        + _beside_shadow("accept length", triton["accept_length"], plan.baseline.get("accept_length"))
+        + _beside_shadow("tokens/s", triton["tokens_per_s"], plan.baseline.get("tokens_per_s")))
+    record({"at": time.time(), "host": link.name, **{f"triton_{key}": value for key, value in triton.items()}})
 
     def tick_and_record(watch_tick: WatchTick) -> None:
         tick(watch_tick)
@@ -394,16 +407,30 @@ def _promote_host(
 PRE_FLIP_PROBES = 3  # probes of the host on Triton right before its flip: what the flip is measured against
 
 
-def triton_verify_rate(host: Host, policy: Policy) -> float | None:
-    """Verify steps/s of the host on Triton right before its flip, over PRE_FLIP_PROBES probes (None when the
-    server does not answer or count them)."""
+def triton_figures(link: HostLink, policy: Policy) -> dict[str, float | None]:
+    """Verify steps/s, accept length and tokens/s of the host on Triton right before its flip, over
+    PRE_FLIP_PROBES probes (each None when the server does not answer or expose it). The verify steps come from
+    the ranks' heartbeat counters where the server exports none, as in shadow and in the watch."""
     session = requests.Session()
+    trackers = trackers_from_ack(link.name, link.call(lambda st: st.ranks()))
     samples = []
     for index in range(PRE_FLIP_PROBES):
         if index:
             time.sleep(policy.promote.probe_interval_s)
-        samples.append(probe(host, session))
-    return _verify_rate([s for s in samples if s.healthy])
+        samples.append(probe_with_heartbeats(link, session, trackers, refresh=index > 0))
+    healthy = [s for s in samples if s.healthy]
+    return {"verify_rate": _verify_rate(healthy), "accept_length": mean_of(healthy, "accept_length"),
+            "tokens_per_s": tokens_per_s(healthy, RATED_PROBES)}
+
+
+def probe_with_heartbeats(link: HostLink, session: requests.Session, trackers: list[RankTracker],
+                          refresh: bool = True) -> ServerSample:
+    """One probe of the host's server, its missing counters filled from the ranks' heartbeats (re-read first
+    unless ``refresh`` is off)."""
+    if refresh:
+        for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
+            tracker.update(view)
+    return with_heartbeat_counters(probe(link.host, session), trackers)
 
 
 def _rate(value: float | None) -> str:
@@ -465,7 +492,7 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch, t
     policy = options.policy
     trackers = trackers_from_ack(link.name, ack.ranks)
     session = requests.Session()
-    first = with_heartbeat_counters(probe(link.host, session), trackers)  # reference for the counters
+    first = probe_with_heartbeats(link, session, trackers, refresh=False)  # reference for the counters
     samples: list[ServerSample] = [first] if first.healthy else []
     failed_probes = 0 if first.healthy else 1
     start = renewed = time.monotonic()
@@ -476,9 +503,7 @@ def _watch(link, plan, generation, ack, options, keep_locks, gates: GateWatch, t
             link.call(lambda st: st.renew_lease(generation, options.lease_ttl_s))
             keep_locks()
             renewed = time.monotonic()
-        for tracker, view in zip(trackers, link.call(lambda st: st.ranks())):
-            tracker.update(view)
-        sample = with_heartbeat_counters(probe(link.host, session), trackers)
+        sample = probe_with_heartbeats(link, session, trackers)
         failed_probes = 0 if sample.healthy else failed_probes + 1
         if sample.healthy:
             samples.append(sample)
@@ -502,7 +527,8 @@ def watch_tick(host: str, policy: Policy, base: dict, samples: list[ServerSample
         verify_rate=_verify_rate(recent), base_verify_rate=base.get("verify_rate"),
         min_verify_rate_ratio=promote.min_verify_rate_ratio, new_errors=_rise(samples, "errors_total"),
         new_nonfinite=_rise(samples, "nonfinite_total"), max_new_errors=promote.max_new_errors,
-        accept_length=_mean_accept(recent), base_accept_length=base.get("accept_length"),
+        accept_length=mean_of(recent, "accept_length"), base_accept_length=base.get("accept_length"),
+        tokens_per_s=tokens_per_s(recent, RATED_PROBES), base_tokens_per_s=base.get("tokens_per_s"),
     )
 
 
@@ -535,8 +561,8 @@ def find_regression(
     recent = _recent(samples, _recent_window_s(policy))
     return (_below_baseline("verify steps/s", _verify_rate(recent), promote.min_verify_rate_ratio,
                             base.get("verify_rate"))
-            or _below_baseline("speculative accept length", _mean_accept(recent), promote.min_accept_length_ratio,
-                               base.get("accept_length")))
+            or _below_baseline("speculative accept length", mean_of(recent, "accept_length"),
+                               promote.min_accept_length_ratio, base.get("accept_length")))
 
 
 def _below_baseline(what: str, value: float | None, ratio: float, baseline: float | None) -> str | None:
@@ -557,16 +583,8 @@ def _rise(samples: list[ServerSample], counter: str) -> float | None:
 
 
 def _verify_rate(recent: list[ServerSample]) -> float | None:
-    """Verify steps/s over `recent` (None below three probes with the counter)."""
-    rated = [s for s in recent if s.verify_steps_total is not None]
-    if len(rated) < 3 or rated[-1].at <= rated[0].at:
-        return None
-    return (rated[-1].verify_steps_total - rated[0].verify_steps_total) / (rated[-1].at - rated[0].at)
-
-
-def _mean_accept(recent: list[ServerSample]) -> float | None:
-    accepts = [s.accept_length for s in recent if s.accept_length is not None]
-    return sum(accepts) / len(accepts) if accepts else None
+    """Verify steps/s over `recent` (None below RATED_PROBES probes with the counter)."""
+    return counter_rate(recent, "verify_steps_total", RATED_PROBES)
 
 
 def _recent(samples: list[ServerSample], window_s: float) -> list[ServerSample]:

@@ -113,6 +113,13 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _figure(value: float | None) -> str:
+    """A server figure (a rate, an accept length, a count): whole from 100 up, else 3 significant digits."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _clock_line(meta: dict) -> str:
     """How the plots' times were put on one clock."""
     offsets = meta.get("clock_offsets_s")
@@ -164,51 +171,76 @@ def _gate_rows(meta: dict, summary: StatsSummary, verdict) -> list[str]:
 
 
 BASELINE_COLUMNS = (("verify_rate", "verify steps/s"), ("error_rate", "errors/s"), ("accept_length", "accept length"),
-                    ("samples", "probes"))
+                    ("tokens_per_s", "tokens/s"), ("samples", "probes"))
+SERVED_FIGURES = (("verify_rate", "verify steps/s"), ("accept_length", "accept length"), ("tokens_per_s", "tokens/s"))
 
 
 def _baseline_rows(baseline: dict) -> list[str]:
     lines = ["| host | " + " | ".join(label for _, label in BASELINE_COLUMNS) + " | note |",
              "|---" * (len(BASELINE_COLUMNS) + 2) + "|"]
     for host, values in sorted(baseline.items()):
-        cells = [_fmt(values.get(key)) for key, _ in BASELINE_COLUMNS]
+        cells = [_figure(values.get(key)) for key, _ in BASELINE_COLUMNS]
         lines.append(f"| {host} | {' | '.join(cells)} | {values.get('verify_rate_note') or ''} |")
     return lines
 
 
 def _promote_watch(records: list[dict]) -> dict[str, dict]:
-    """Per host, the promote watch recorded beside this run: its probes and how it ended."""
+    """Per host, the promote watch recorded beside this run: its probes, its figures on Triton right before the
+    flip (None where the record or the server has none) and how it ended."""
     watches: dict[str, dict] = {}
     for record in records:
         watch = watches.setdefault(record["host"], {"ticks": [], "outcome": "watch cut off", "reason": "",
-                                                    "triton_verify_rate": None})
+                                                    **{f"triton_{key}": None for key, _ in SERVED_FIGURES}})
         if "outcome" in record:
             watch.update(outcome=record["outcome"], reason=record["reason"])
         elif "triton_verify_rate" in record:
-            watch["triton_verify_rate"] = record["triton_verify_rate"]
+            watch.update({f"triton_{key}": record.get(f"triton_{key}") for key, _ in SERVED_FIGURES})
         else:
             watch["ticks"].append(record)
     return watches
 
 
 def _promote_rows(watches: dict[str, dict]) -> list[str]:
-    """The promote watch beside the shadow run: verify steps/s on Triton right before the flip, in shadow (the
-    baseline) and after the flip."""
+    """The promote watch beside the shadow run: how each host's watch ended, then what the cutover bought."""
     lines = ["", "## Promote watch (after this run passed)", "",
-             "| host | outcome | watched | verify steps/s on Triton (before the flip) | in shadow | after the flip "
-             "(last) | rollback below | new errors | new non-finite |", "|---|---|---|---|---|---|---|---|---|"]
+             "| host | outcome | watched | verify steps/s rollback below | new errors | new non-finite |",
+             "|---|---|---|---|---|---|"]
     for host, watch in sorted(watches.items()):
-        ticks = watch["ticks"]
-        last = ticks[-1] if ticks else {}
-        rated = [t["verify_rate"] for t in ticks if t.get("verify_rate") is not None]
+        last = watch["ticks"][-1] if watch["ticks"] else {}
         base = last.get("base_verify_rate")
         floor = base * last["min_verify_rate_ratio"] if base else None
         outcome = watch["outcome"] + (f": {watch['reason']}" if watch["reason"] else "")
         lines.append(f"| {host} | {outcome} | {last.get('elapsed_s', 0):.0f} of {last.get('watch_s', 0):.0f} s | "
-                     f"{_fmt(watch['triton_verify_rate'])} | {_fmt(base)} | {_fmt(rated[-1] if rated else None)} | "
-                     f"{_fmt(floor)} | "
-                     f"{_fmt(last.get('new_errors'))} | {_fmt(last.get('new_nonfinite'))} |")
+                     f"{_fmt(floor)} | {_fmt(last.get('new_errors'))} | {_fmt(last.get('new_nonfinite'))} |")
+    return lines + _bought_rows(watches)
+
+
+def _bought_rows(watches: dict[str, dict]) -> list[str]:
+    """Per host and figure: on Triton right before the flip, in shadow (the baseline) and after the flip (the
+    watch's last value), with the change after the flip against Triton; "-" where the server exposed none."""
+    lines = ["", "### What the cutover bought", "",
+             "| host | figure | on Triton (before the flip) | in shadow | after the flip (last) | after vs Triton |",
+             "|---|---|---|---|---|---|"]
+    for host, watch in sorted(watches.items()):
+        last = watch["ticks"][-1] if watch["ticks"] else {}
+        for key, label in SERVED_FIGURES:
+            triton, after = watch[f"triton_{key}"], _last_value(watch["ticks"], key)
+            lines.append(f"| {host} | {label} | {_figure(triton)} | {_figure(last.get(f'base_{key}'))} | "
+                         f"{_figure(after)} | {_change(triton, after)} |")
     return lines
+
+
+def _last_value(ticks: list[dict], key: str) -> float | None:
+    """The last value of `key` the watch's probes gave (None when none did, or the records predate it)."""
+    values = [tick[key] for tick in ticks if tick.get(key) is not None]
+    return values[-1] if values else None
+
+
+def _change(before: float | None, after: float | None) -> str:
+    """`after` against `before` in percent ("-" without both, or from nothing)."""
+    if before is None or after is None or before <= 0:
+        return "-"
+    return f"{100 * (after / before - 1):+.0f} %"
 
 
 def _markdown(meta: dict, verdict, rows: list[dict], summary: StatsSummary, files: ReportFiles, skipped: int,
@@ -281,18 +313,20 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
     sandbox = _sandbox_label(meta)
     paths = []
 
-    def figure(size, title):
-        fig, ax = plt.subplots(figsize=size)
+    def figure(size, title, panels=1):
+        """A figure of `panels` stacked axes sharing x, labelled with the run; returns it and its axes."""
+        fig, axes = plt.subplots(panels, 1, figsize=size, sharex=True, squeeze=False)
         fig.suptitle(heading + ("\n" + sandbox if sandbox else ""), fontsize="small",
                      color="darkred" if sandbox else "black")
-        ax.set_title(title)
-        ax.xaxis.set_major_locator(MaxNLocator(6))
-        ax.yaxis.set_major_locator(MaxNLocator(6))
-        ax.ticklabel_format(axis="both", style="sci", scilimits=(-2, 4))
-        return fig, ax
+        axes[0][0].set_title(title)
+        for ax in axes[:, 0]:
+            ax.xaxis.set_major_locator(MaxNLocator(6))
+            ax.yaxis.set_major_locator(MaxNLocator(6))
+            ax.ticklabel_format(axis="both", style="sci", scilimits=(-2, 4))
+        return fig, list(axes[:, 0])
 
     worst_layers = sorted(rows, key=lambda r: r["rel_l2_max"], reverse=True)[:WORST_LAYERS_PLOTTED]
-    fig, ax = figure((9, 4.8), f"Divergence over time ({len(worst_layers)} worst layers)")
+    fig, (ax,) = figure((9, 4.8), f"Divergence over time ({len(worst_layers)} worst layers)")
     for row in worst_layers:
         points = series["interval_p99"].get(row["layer"], [])
         ax.plot([p[0] for p in points], [p[1] for p in points], label=f"layer {row['layer']}")
@@ -302,7 +336,7 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
     _legend(ax, "center right")
     paths.append(_save(fig, directory / "divergence.png"))
 
-    fig, ax = figure((6, 5.5), "Truth anchor samples")
+    fig, (ax,) = figure((6, 5.5), "Truth anchor samples")
     stock = [s["err_stock"] for s in series["truth"]]
     custom = [s["err_custom"] for s in series["truth"]]
     ax.scatter(stock, custom, s=8, label="samples")
@@ -315,7 +349,7 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
         ax.text(0.5, 0.5, "no float64-anchored sample in this run", transform=ax.transAxes, ha="center")
     paths.append(_save(fig, directory / "truth_anchor.png"))
 
-    fig, ax = figure((9, 4), "Calls compared per rank in its slowest layer, against the minimum")
+    fig, (ax,) = figure((9, 4), "Calls compared per rank in its slowest layer, against the minimum")
     for host, points in sorted(series["slowest_compared"].items()):
         ax.step([p[0] for p in points], [p[1] for p in points], where="post", label=host)
     for ranks in sorted(set(Counter(host for host, _ in summary.rank_compared).values())):
@@ -330,29 +364,44 @@ def _plot(directory: Path, series: dict, rows: list[dict], meta: dict, summary: 
 
 
 def _plot_promote(figure, directory: Path, watches: dict[str, dict]) -> Path:
-    """Verify steps/s after the flip, per host, against its shadow baseline, the rollback floor and its rate on
-    Triton right before the flip."""
-    fig, ax = figure((9, 4), "Promote watch: verify steps/s after the flip, on Triton before it, in shadow")
-    for host, watch in sorted(watches.items()):
-        rated = [t for t in watch["ticks"] if t.get("verify_rate") is not None]
-        line, = ax.plot([t["elapsed_s"] for t in rated], [t["verify_rate"] for t in rated],
-                        label=f"{host} ({watch['outcome']})")
-        base = watch["ticks"][-1].get("base_verify_rate") if watch["ticks"] else None
-        if base:
-            ax.axhline(base, color=line.get_color(), linestyle="--", label=f"{host} shadow baseline {base:.3g}")
-            floor = base * watch["ticks"][-1]["min_verify_rate_ratio"]
-            ax.axhline(floor, color=line.get_color(), linestyle=":", label=f"{host} rollback below {floor:.3g}")
-        if watch["triton_verify_rate"]:
-            ax.axhline(watch["triton_verify_rate"], color=line.get_color(), linestyle="-.",
-                       label=f"{host} on Triton before the flip {watch['triton_verify_rate']:.3g}")
-    ax.set(xlabel="seconds since the flip", ylabel="verify steps/s", ylim=(0, None))
-    _legend(ax, "lower right")
+    """Verify steps/s, accept length and tokens/s after the flip, per host, against its shadow baseline and its
+    figure on Triton right before the flip; verify steps/s also against the rollback floor."""
+    fig, axes = figure((12, 9), "Promote watch: after the flip, on Triton before it, in shadow", len(SERVED_FIGURES))
+    for ax, (key, label) in zip(axes, SERVED_FIGURES):
+        for index, (host, watch) in enumerate(sorted(watches.items())):
+            _plot_watch_figure(ax, host, watch, key, f"C{index}")
+        if not ax.lines:
+            ax.text(0.5, 0.5, f"no {label} recorded in this watch", transform=ax.transAxes,
+                    ha="center")
+        ax.set(ylabel=label, ylim=(0, None))
+        _legend(ax, "upper left", beside=True)
+    axes[-1].set(xlabel="seconds since the flip")
     return _save(fig, directory / "promote_watch.png")
 
 
-def _legend(ax, where: str) -> None:
+def _plot_watch_figure(ax, host: str, watch: dict, key: str, color: str) -> None:
+    """One host's `key` over its watch, its shadow baseline and its value on Triton before the flip, in the
+    host's `color`; the rollback floor under the verify rate."""
+    known = [t for t in watch["ticks"] if t.get(key) is not None]
+    base = watch["ticks"][-1].get(f"base_{key}") if watch["ticks"] else None
+    triton = watch[f"triton_{key}"]
+    if not (known or base or triton):
+        return
+    ax.plot([t["elapsed_s"] for t in known], [t[key] for t in known], color=color,
+            label=f"{host} ({watch['outcome']})")
+    if base:
+        ax.axhline(base, color=color, linestyle="--", label=f"{host} shadow baseline {base:.3g}")
+    if base and key == "verify_rate":
+        floor = base * watch["ticks"][-1]["min_verify_rate_ratio"]
+        ax.axhline(floor, color=color, linestyle=":", label=f"{host} rollback below {floor:.3g}")
+    if triton:
+        ax.axhline(triton, color=color, linestyle="-.", label=f"{host} on Triton before the flip {triton:.3g}")
+
+
+def _legend(ax, where: str, beside: bool = False) -> None:
+    """The axes' legend at `where`, inside the axes or (`beside`) to their right."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc=where)
+        ax.legend(fontsize="small", loc=where, bbox_to_anchor=(1.01, 1) if beside else None)
 
 
 def _save(fig, path: Path) -> Path:

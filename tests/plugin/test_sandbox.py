@@ -168,6 +168,15 @@ def test_plugin_series_are_on_the_sandbox_metrics_as_on_sglangs(sandbox):
     assert plugin_series(sandbox, "cutover_plugin_divergence_rel_l2_ratio_bucket", rank=0, le="+Inf") == compared
 
 
+def test_sglangs_generated_tokens_and_accept_length_are_on_the_sandbox_metrics(sandbox):
+    """Rank 0 counts the tokens its verify steps accept, as SGLang's first scheduler does, so the shadow baseline
+    and the promote watch read tokens/s and accept length off the sandbox as off SGLang."""
+    counted = plugin_series(sandbox, "sglang:generation_tokens_total")
+    accept = sandbox.wait_for(lambda: plugin_series(sandbox, "sglang:spec_accept_length"), 60, "an accept length")
+    assert 1 < accept < 5  # trees of 4 to 16 tokens: 1 to log2(tree size) + 1 accepted a request
+    assert plugin_series(sandbox, "sglang:generation_tokens_total") > counted
+
+
 def test_injected_nan_in_the_custom_path_is_counted(sandbox):
     fault = os.path.join(sandbox.paths.state_dir, "sandbox-fault")
     before = sandbox.metric("cutover_nonfinite_total", rank=0, kernel="custom")

@@ -4,9 +4,11 @@ its dispatcher, so shadow and promote run end to end against the real protocol w
 
 from __future__ import annotations
 
+import http.server
 import os
 import threading
 import time
+from typing import Callable
 
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.runtime import PluginRuntime
@@ -62,6 +64,30 @@ class LocalServer:
             self._traffic.join()
         for runtime in self.runtimes:
             runtime.stop()
+
+
+class MetricsFront:
+    """A stand-in for the serving process's HTTP front (no model server exists here): /health answers 200 and
+    /metrics what `metrics()` returns at each probe."""
+
+    def __init__(self, metrics: Callable[[], str]):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server interface
+                body = (metrics() if self.path == "/metrics" else "ok").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
 
 
 def _wait_for(condition, what: str, timeout_s: float = 5.0) -> None:

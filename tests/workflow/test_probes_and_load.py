@@ -4,7 +4,7 @@ import pytest
 
 from cutover.errors import ConfigError
 from cutover.workflow.load import MAX_RATE_PER_S, load_spec
-from cutover.workflow.probes import ServerSample, baseline, parse_metrics
+from cutover.workflow.probes import ServerSample, baseline, parse_metrics, probe, tokens_per_s
 
 METRICS = """\
 # HELP cutover_verify_steps_total Verify steps.
@@ -12,17 +12,21 @@ METRICS = """\
 cutover_verify_steps_total{rank="0"} 100
 cutover_verify_steps_total{rank="1"} 102
 cutover_errors_total 3
-sglang:spec_accept_length 2.5
+sglang:spec_accept_length{model_name="m",dp_rank="0"} 2.0
+sglang:spec_accept_length{model_name="m",dp_rank="1"} 3.0
+sglang:generation_tokens_total{model_name="m",tp_rank="0"} 1200
+sglang:generation_tokens_total{model_name="m",tp_rank="1"} 34
 cutover_mode{rank="0",mode="shadow"} 1
 not a metric line
 """
 
 
-def test_parse_metrics_sums_label_sets_and_skips_comments():
+def test_parse_metrics_sums_label_sets_averages_the_accept_length_and_skips_comments():
     values = parse_metrics(METRICS)
     assert values["cutover_verify_steps_total"] == 202
     assert values["cutover_errors_total"] == 3
     assert values["sglang:spec_accept_length"] == 2.5
+    assert values["sglang:generation_tokens_total"] == 1234
     assert "not" not in values
 
 
@@ -32,8 +36,33 @@ def test_baseline_rates_from_first_and_last_healthy_sample():
         ServerSample(at=12.0, healthy=False, error="down"),
         ServerSample(at=20.0, healthy=True, verify_steps_total=300, errors_total=1, accept_length=3.0),
     ]
-    assert baseline(samples) == {"samples": 2, "verify_rate": 20.0, "error_rate": 0.0, "accept_length": 2.5}
+    assert baseline(samples) == {"samples": 2, "verify_rate": 20.0, "error_rate": 0.0, "accept_length": 2.5,
+                                 "tokens_per_s": None}
     assert baseline(samples[:1])["verify_rate"] is None
+
+
+def tokens(*points):
+    """(seconds, generation tokens counter, throughput gauge) -> healthy samples."""
+    return [ServerSample(at=t, healthy=True, verify_steps_total=0, generation_tokens_total=c, gen_throughput=g)
+            for t, c, g in points]
+
+
+def test_tokens_per_s_is_the_generation_token_counters_rise_over_the_window_before_the_gauge():
+    window = tokens((10.0, 1000, 7.0), (15.0, None, 8.0), (20.0, 1600, 9.0))
+    assert tokens_per_s(window) == 60.0
+    assert baseline(window)["tokens_per_s"] == 60.0
+    assert tokens_per_s(window, minimum=3) == 8.0  # two counted probes are too few: the gauge's mean speaks
+
+
+def test_tokens_per_s_falls_back_to_the_throughput_gauge_and_is_none_without_either():
+    assert tokens_per_s(tokens((10.0, None, 40.0), (20.0, None, 50.0))) == 45.0
+    assert tokens_per_s(tokens((10.0, None, 0.0), (20.0, None, 0.0))) == 0.0  # an idle server's real zero
+    assert tokens_per_s(tokens((10.0, None, None), (20.0, None, None))) is None
+    assert baseline(tokens((10.0, None, None), (20.0, None, None)))["tokens_per_s"] is None
+
+
+def test_a_baseline_under_the_runs_own_load_keeps_no_tokens_per_s():
+    assert baseline(tokens((10.0, 1000, 7.0), (20.0, 1600, 9.0)), driven_load=True)["tokens_per_s"] is None
 
 
 def test_a_baseline_under_the_runs_own_load_keeps_no_verify_rate_and_says_why():
@@ -47,6 +76,35 @@ def test_a_baseline_under_the_runs_own_load_keeps_no_verify_rate_and_says_why():
     assert unchecked_watch_checks(driven) == (
         "NOT CHECKED during the watch: verify-step rate (the shadow baseline has no value for it; the shadow run "
         "drove its own load (--load), so its rate is not the host's own traffic)")
+
+
+def probe_of(tmp_path, text: str) -> ServerSample:
+    """One probe of a server whose /metrics is `text`."""
+    import requests
+
+    from .hostfiles import local_host
+    from .serving import MetricsFront
+
+    front = MetricsFront(lambda: text)
+    host = local_host(tmp_path)
+    host.vars.update(serving_port=front.port, serving_address="127.0.0.1")
+    try:
+        return probe(host, requests.Session())
+    finally:
+        front.stop()
+
+
+def test_probe_reads_sglangs_generation_tokens_and_throughput(tmp_path):
+    sample = probe_of(tmp_path, METRICS + "sglang:gen_throughput{tp_rank=\"0\"} 812.5\n")
+    assert sample.healthy and sample.verify_steps_total == 202 and sample.accept_length == 2.5
+    assert sample.generation_tokens_total == 1234 and sample.gen_throughput == 812.5
+
+
+@pytest.mark.parametrize("throughput", ["sglang:gen_throughput NaN\n", "sglang:gen_throughput -1\n", ""])
+def test_probe_of_a_server_without_token_figures_has_none(tmp_path, throughput):
+    sample = probe_of(tmp_path, "cutover_verify_steps_total 5\n" + throughput)
+    assert sample.healthy and sample.verify_steps_total == 5
+    assert sample.generation_tokens_total is None and sample.gen_throughput is None and sample.accept_length is None
 
 
 def write(tmp_path, text):

@@ -12,7 +12,7 @@ from cutover.hostprotocol.hostlayout import Heartbeat
 from cutover.hoststate import RankView
 from cutover.workflow.observe import HostLink, trackers_from_ack
 from cutover.workflow.probes import ServerSample
-from cutover.workflow.promote import find_regression, plan_promotion
+from cutover.workflow.promote import PromoteOptions, find_regression, plan_promotion, watch_tick
 
 from .hostfiles import SETTINGS, STACK, local_host, write_control, write_heartbeats, write_phase, write_verdict
 
@@ -241,3 +241,22 @@ def test_rank_off_custom_or_restarted_is_a_regression():
         )
     )
     assert "rank 1 restarted" in find_regression(POLICY, BASE, ranks, series, 0, series[0])
+
+
+def test_the_watch_shows_tokens_per_s_and_accept_length_beside_the_shadows():
+    series = [ServerSample(at=t, healthy=True, verify_steps_total=10 * t, accept_length=2.5,
+                           generation_tokens_total=1000 + 60 * t) for t in (0, 5, 10)]
+    base = {**BASE, "tokens_per_s": 50.0}
+    tick = watch_tick("h1", POLICY, base, series, 0, series[-1], 10.0, PromoteOptions(POLICY, 1), 20.0)
+    assert (tick.tokens_per_s, tick.base_tokens_per_s, tick.accept_length) == (60.0, 50.0, 2.5)
+    assert tick.line().endswith(
+        f"| accept length 2.50 vs shadow {BASE['accept_length']:.2f} | tokens/s 60.00 vs shadow 50.00 "
+        "| lease 20 s left")
+
+
+def test_a_server_without_token_figures_gives_the_watch_none_and_the_line_leaves_them_out():
+    series = samples((0, 0, 0, 0, None), (5, 50, 0, 0, None), (10, 100, 0, 0, None))
+    tick = watch_tick("h1", POLICY, {"verify_rate": 10.0}, series, 0, series[-1], 10.0, PromoteOptions(POLICY, 1),
+                      20.0)
+    assert tick.tokens_per_s is None and tick.base_tokens_per_s is None
+    assert "tokens/s" not in tick.line() and "accept length" not in tick.line()

@@ -2,10 +2,8 @@
 baseline says what the watch cannot check, a failure recording the promotion rolls the host back, and a rank back
 on another serving stack after the promote runs triton."""
 
-import http.server
 import json
 import re
-import threading
 import time
 
 import pytest
@@ -21,7 +19,7 @@ from cutover.workflow.report import write_report
 from cutover.workflow.runstore import RunStore, run_meta
 
 from .hostfiles import local_host, write_control, write_phase, write_verdict
-from .serving import LocalServer
+from .serving import LocalServer, MetricsFront
 
 SETTINGS = Settings(operator="tester@here", ack_timeout_s=5.0)
 RUN = "20261129T090000Z-aaaaaa"
@@ -121,43 +119,27 @@ def test_a_promoted_rank_restarted_on_another_serving_stack_runs_triton_and_prom
         server.stop()
 
 
-class MetricsFront:
-    """A stand-in for the serving process's HTTP front (no model server exists here): /health answers 200 and
-    /metrics serves the verify steps the ranks' heartbeats count, as the sandbox server renders them."""
-
-    def __init__(self, host):
-        def metrics() -> str:
-            beats = [read_heartbeat(host.paths.heartbeat(rank)) for rank in range(host.tp_size)]
-            steps = sum(beat.counters.get("verify_steps", 0) for beat in beats)
-            return f"cutover_verify_steps_total {steps}\ncutover_errors_total 0\ncutover_nonfinite_total 0\n"
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server interface
-                body = (metrics() if self.path == "/metrics" else "ok").encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
+def heartbeat_metrics(host) -> str:
+    """/metrics of a server counting the verify steps its ranks' heartbeats count, as the sandbox server renders
+    them."""
+    beats = [read_heartbeat(host.paths.heartbeat(rank)) for rank in range(host.tp_size)]
+    steps = sum(beat.counters.get("verify_steps", 0) for beat in beats)
+    return f"cutover_verify_steps_total {steps}\ncutover_errors_total 0\ncutover_nonfinite_total 0\n"
 
 
-def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path):
+SGLANG_METRICS = "sglang:num_running_reqs 3\n"  # SGLang's own /metrics: no cutover_* series
+
+
+@pytest.mark.parametrize("exports_cutover_series", [True, False], ids=["sandbox-metrics", "sglang-metrics"])
+def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path, exports_cutover_series):
     """`cutover promote` in a log: one line per probe with the countdown, health, the verify rate against the
-    shadow baseline and its rollback floor, new error counts and the lease."""
+    shadow baseline and its rollback floor, new error counts and the lease. A server exporting no cutover_*
+    series (SGLang's) gets the verify rate, before the flip and in the watch, from the ranks' heartbeats."""
     host = local_host(tmp_path, "h1")
     write_phase(host, "shadow_passed", run_id=RUN)
     write_control(host)
     server = LocalServer(host, traffic=True)
-    front = MetricsFront(host)
+    front = MetricsFront(lambda: heartbeat_metrics(host) if exports_cutover_series else SGLANG_METRICS)
     try:
         write_verdict(host, RUN, baseline={"verify_rate": 0.01}, stacks=server.stacks)
         inventory = tmp_path / "inventory.yml"
@@ -193,7 +175,9 @@ def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tm
     report = write_report(store)  # the shadow run's report covers the watch that relied on it
     text = report.markdown.read_text()
     assert "## Promote watch (after this run passed)" in text
-    row = (r"\| h1 \| promoted: watch passed \| 3 of 3 s \| (\d+(\.\d+)?) \| 0\.01 \| \d+(\.\d+)? \| 0 \| 0 "
-           r"\| 0 \|")
-    assert re.search(row, text), text
+    assert "| h1 | promoted: watch passed | 3 of 3 s | 0 | 0 | 0 |" in text, text
+    verify = r"\| h1 \| verify steps/s \| \d+(\.\d+)? \| 0\.01 \| \d+(\.\d+)? \| [+-]\d+ % \|"
+    assert re.search(verify, text), text
+    # this server exposes neither accept length nor generated tokens: "-" on every side of the flip, never 0
+    assert "| h1 | accept length | - | - | - | - |" in text and "| h1 | tokens/s | - | - | - | - |" in text
     assert "promote_watch.png" in {path.name for path in report.plots}

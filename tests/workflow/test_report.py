@@ -2,11 +2,13 @@
 
 import builtins
 import json
+from dataclasses import asdict
 
 import pytest
 
 from checks.policy import load_policy
 from cutover.errors import ConfigError
+from cutover.workflow.promote import WatchTick
 from cutover.workflow.report import write_report
 from cutover.workflow.runstore import RunStore, latest_run_id, run_meta
 from cutover.workflow.verdict import VerdictRecord
@@ -150,8 +152,8 @@ def test_the_verdict_gives_each_gate_its_observed_value_beside_its_threshold(tmp
 
 def test_the_baseline_is_a_table_not_json(tmp_path):
     text = write_report(stored_run(tmp_path)).markdown.read_text()
-    assert "| host | verify steps/s | errors/s | accept length | probes | note |" in text
-    assert "| h1 | 12.5 | - | - | - |  |" in text
+    assert "| host | verify steps/s | errors/s | accept length | tokens/s | probes | note |" in text
+    assert "| h1 | 12.5 | - | - | - | - |  |" in text  # a verdict of a cutover without tokens/s reads "-"
     assert '{"verify_rate"' not in text
 
 
@@ -187,3 +189,63 @@ def test_a_sandbox_run_is_labelled_and_compared_calls_are_per_rank_in_the_slowes
                            "**SANDBOX: a stand-in for SGLang, not a model.**\n")
     series = json.loads(files.json.read_text())["series"]
     assert series["slowest_compared"] == {"local": [[0, 2], [1, 4], [2, 6]]}  # rank 0, layer 1
+
+
+SHADOW = {"verify_rate": 9.0, "accept_length": 2.5, "tokens_per_s": 2410.0}
+
+
+def tick(host, elapsed, verify=None, accept=None, tokens=None, base=SHADOW):
+    """One probe of a promote watch, as `cutover promote` records it beside the run."""
+    watched = WatchTick(host=host, elapsed_s=elapsed, watch_s=30.0, lease_left_s=20.0, healthy=True, failed_probes=0,
+                        max_failed_probes=3, error="", verify_rate=verify, base_verify_rate=base.get("verify_rate"),
+                        min_verify_rate_ratio=0.5, new_errors=0, new_nonfinite=0, max_new_errors=0,
+                        accept_length=accept, base_accept_length=base.get("accept_length"), tokens_per_s=tokens,
+                        base_tokens_per_s=base.get("tokens_per_s"))
+    return {"at": START + 10 + elapsed, **asdict(watched)}
+
+
+def record_watch(store, host, before_flip, ticks):
+    store.append_promote({"at": START + 9, "host": host, **before_flip})
+    for probe in ticks:
+        store.append_promote(probe)
+    store.append_promote({"at": START + 40, "host": host, "outcome": "promoted", "reason": "watch passed"})
+
+
+def bought(text: str) -> list[str]:
+    """The rows of the report's "What the cutover bought" table."""
+    table = text.split("### What the cutover bought")[1]
+    return [line for line in table.splitlines() if line.startswith(("| h1 ", "| h2 "))]
+
+
+def test_the_promote_watch_shows_what_the_cutover_bought_on_triton_in_shadow_and_after_the_flip(tmp_path):
+    store = stored_run(tmp_path)
+    record_watch(store, "h1", {"triton_verify_rate": 8.0, "triton_accept_length": 2.5, "triton_tokens_per_s": 1903.4},
+                 [tick("h1", 0), tick("h1", 10, 9.5, 2.6, 2400.0), tick("h1", 20, 10.0, 2.7, 2488.0)])
+    record_watch(store, "h2", {"triton_verify_rate": 8.0, "triton_accept_length": None, "triton_tokens_per_s": None},
+                 [tick("h2", 0, base={"verify_rate": 9.0}), tick("h2", 20, 12.0, base={"verify_rate": 9.0})])
+    files = write_report(store)
+    text = files.markdown.read_text()
+    assert "| h1 | promoted: watch passed | 20 of 30 s | 4.5 | 0 | 0 |" in text
+    assert ("| host | figure | on Triton (before the flip) | in shadow | after the flip (last) | after vs Triton |"
+            in text)
+    assert bought(text) == [
+        "| h1 | verify steps/s | 8 | 9 | 10 | +25 % |",
+        "| h1 | accept length | 2.5 | 2.5 | 2.7 | +8 % |",
+        "| h1 | tokens/s | 1903 | 2410 | 2488 | +31 % |",  # whole tokens, not 1.9e+03
+        "| h2 | verify steps/s | 8 | 9 | 12 | +50 % |",
+        "| h2 | accept length | - | - | - | - |",  # a server without the figures: "-", never 0
+        "| h2 | tokens/s | - | - | - | - |",
+    ]
+    watch = json.loads(files.json.read_text())["promote_watch"]["h1"]
+    assert (watch["triton_tokens_per_s"], watch["ticks"][-1]["tokens_per_s"]) == (1903.4, 2488.0)
+    assert "promote_watch.png" in {path.name for path in files.plots}
+
+
+def test_a_watch_recorded_before_tokens_per_s_was_kept_still_reads(tmp_path):
+    store = stored_run(tmp_path)
+    old = [{key: value for key, value in tick("h1", elapsed, 10.0, 2.6, 500.0).items() if "tokens" not in key}
+           for elapsed in (0, 10, 20)]
+    record_watch(store, "h1", {"triton_verify_rate": 8.0}, old)
+    rows = bought(write_report(store).markdown.read_text())
+    assert rows == ["| h1 | verify steps/s | 8 | 9 | 10 | +25 % |", "| h1 | accept length | - | 2.5 | 2.6 | - |",
+                    "| h1 | tokens/s | - | - | - | - |"]
