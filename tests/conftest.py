@@ -69,9 +69,15 @@ _MARKER_CHECKS: dict[str, Callable[[], str | None]] = {
 }
 
 
+SLOW_FIXTURES = frozenset({"release", "ssh_hosts", "ssh_hosts_factory", "wheel"})  # built release or wheel, sshd hosts
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip marked tests whose requirement is missing; each check runs only if a marked test exists."""
+    """Mark the slow tests (integration, or using a built release or sshd hosts) `slow`; skip marked tests whose
+    requirement is missing (each check runs only if a marked test exists)."""
     for item in items:
+        if item.get_closest_marker("integration") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
         for marker, missing in _MARKER_CHECKS.items():
             if item.get_closest_marker(marker) is None:
                 continue

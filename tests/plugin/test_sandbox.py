@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cutover.hostprotocol.hostlayout import Heartbeat, HostPaths, atomic_write_text
 from armed import TEST_RELEASE, armed_record, stage_test_release
 
+pytestmark = pytest.mark.slow  # real sandbox server and rank processes
+
 RANKS = 2
 
 

@@ -284,6 +284,7 @@ def test_a_wheel_with_other_kernel_ext_code_than_the_release_is_refused(invoke, 
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.slow  # nvcc
 def test_compile_error_leaves_nothing_behind(invoke, tmp_path):
     nvcc = tmp_path / "nvcc"  # the real nvcc, handed one source file that does not exist
     nvcc.write_text('#!/bin/sh\nif [ "$1" = --version ]; then exec nvcc --version; fi\n'

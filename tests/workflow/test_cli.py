@@ -45,6 +45,7 @@ def test_bad_policy_field_is_named_by_the_cli(cli, tmp_path):
     assert f"policy {policy}: field 'shadow.rel_l2_p99' must be > 0" in result.stderr
 
 
+@pytest.mark.slow  # renders every plot
 def test_report_of_a_stored_run_prints_its_path(cli, tmp_path):
     store = RunStore(tmp_path / "reports", "20261129T100000Z-cafe01")
     store.save_run(run_meta(store.run_id, "rel-a", {"h1": 2}, 1000.0, load_policy(), 1, ["cuda"]))

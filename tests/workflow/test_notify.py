@@ -65,6 +65,7 @@ def served(tmp_path):
     server.stop()
 
 
+@pytest.mark.slow  # a whole shadow, promote and rollback
 def test_every_event_of_a_shadow_promote_rollback_run_arrives(tmp_path, receiver, served):
     settings = settings_with(tmp_path, [{"kind": "webhook", "url": f"{receiver.url}/hook"},
                                         {"kind": "slack", "url": f"{receiver.url}/slack"}])

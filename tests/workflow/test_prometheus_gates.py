@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "docs" / "monitoring"
 STARTUP_S = 90
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="the prometheus server is not installed (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.slow,  # a real Prometheus server per test
+              pytest.mark.skipif(shutil.which("prometheus") is None,
+                                 reason="the prometheus server is not installed (scripts/setup.sh installs it)")]
 
 
 def free_port() -> int:

@@ -130,6 +130,7 @@ def heartbeat_metrics(host) -> str:
 SGLANG_METRICS = "sglang:num_running_reqs 3\n"  # SGLang's own /metrics: no cutover_* series
 
 
+@pytest.mark.slow  # `cutover promote` with a live watch, twice
 @pytest.mark.parametrize("exports_cutover_series", [True, False], ids=["sandbox-metrics", "sglang-metrics"])
 def test_promote_shows_the_watch_countdown_and_every_probe_in_its_output(cli, tmp_path, exports_cutover_series):
     """`cutover promote` in a log: one line per probe with the countdown, health, the verify rate against the

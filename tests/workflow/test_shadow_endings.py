@@ -134,6 +134,7 @@ def test_a_lease_lost_to_a_busy_control_write_lock_names_the_lock(world, monkeyp
     assert (phase_of(h1), mode_of(h1)) == ("rolled_back", "triton")
 
 
+@pytest.mark.slow  # waits out the return-to-Triton deadline
 def test_a_rank_that_never_returns_to_triton_is_not_reported_back_on_triton(world, monkeypatch):
     hosts, run = world({"h1": True, "h2": True})
     h1, h2 = hosts
