@@ -23,6 +23,7 @@ from cutover.plugin.snapshot import HEADER_BYTES, Staging
 from kernel_ext import _lib
 from kernel_ext.cudagraph import capture_graph
 from kernel_ext.testing import make_verify_batch
+from tests.gpu.staging import stage_built_library
 
 pytestmark = pytest.mark.gpu
 LAYER = 3
@@ -37,6 +38,7 @@ def shadow_graph(tmp_path):
     from cutover.plugin.runtime import PluginRuntime
 
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    stage_built_library(paths)  # the rank runs shadow only for the release it loaded
     runtime = PluginRuntime(paths, 0, torch.device("cuda", torch.cuda.current_device()), audit_interval_s=0.0)
     assert isinstance(runtime.kernels, CudaKernels), runtime.unavailable
     assert not runtime.snapshots.disabled, runtime.snapshots.disabled
@@ -185,7 +187,8 @@ def test_gpu_sandbox_shadow_reports_truth_samples_from_graph_replayed_calls(tmp_
     import sys
     import time
 
-    from cutover.hostprotocol.hostlayout import ControlRecord, atomic_write_text
+    from armed import armed_record
+    from cutover.hostprotocol.hostlayout import atomic_write_text
     from cutover.workflow.report import truth_sources
 
     if not torch.cuda.is_available():
@@ -194,14 +197,14 @@ def test_gpu_sandbox_shadow_reports_truth_samples_from_graph_replayed_calls(tmp_
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
+    release = stage_built_library(paths)
     common = ["--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root, "--port", str(port),
               "--ranks", "1", "--device", "cuda", "--layers", "4", "--step-interval", "0.01"]
     up = subprocess.run([sys.executable, "-m", "cutover.sandbox", "up", *common], capture_output=True, text=True,
                         timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
-        atomic_write_text(paths.control, ControlRecord(mode="shadow", generation=1,
-                                                       lease_expires_at=time.time() + 600).to_json())
+        atomic_write_text(paths.control, armed_record("shadow", 1, lease_s=600.0, release_id=release).to_json())
         time.sleep(8.0)
         with open(paths.stats_file(0)) as handle:
             lines = [json.loads(line) for line in handle]
