@@ -23,7 +23,7 @@ from cutover.plugin.snapshot import HEADER_BYTES, Staging
 from kernel_ext import _lib
 from kernel_ext.cudagraph import capture_graph
 from kernel_ext.testing import make_verify_batch
-from tests.gpu.staging import stage_built_library
+from tests.gpu.staging import gpu_sandbox, stage_built_library
 
 pytestmark = pytest.mark.gpu
 LAYER = 3
@@ -182,9 +182,6 @@ def test_gpu_sandbox_shadow_reports_truth_samples_from_graph_replayed_calls(tmp_
     """The sandbox on the GPU (real kernels, CUDA graphs, 9 of 10 steps replayed): its shadow stats lines carry
     float64-anchored samples taken from graph replays, and the report's truth line counts them."""
     import json
-    import socket
-    import subprocess
-    import sys
     import time
 
     from armed import armed_record
@@ -193,17 +190,7 @@ def test_gpu_sandbox_shadow_reports_truth_samples_from_graph_replayed_calls(tmp_
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
-    release = stage_built_library(paths)
-    common = ["--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root, "--port", str(port),
-              "--ranks", "1", "--device", "cuda", "--layers", "4", "--step-interval", "0.01"]
-    up = subprocess.run([sys.executable, "-m", "cutover.sandbox", "up", *common], capture_output=True, text=True,
-                        timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with gpu_sandbox(tmp_path) as (paths, release):
         atomic_write_text(paths.control, armed_record("shadow", 1, lease_s=600.0, release_id=release).to_json())
         time.sleep(8.0)
         with open(paths.stats_file(0)) as handle:
@@ -214,5 +201,3 @@ def test_gpu_sandbox_shadow_reports_truth_samples_from_graph_replayed_calls(tmp_
         assert all(s["err_custom"] <= 1.25 * s["err_stock"] + 5e-4 for s in graph), graph
         assert f"{len(graph)} from CUDA-graph-replayed calls" in truth_sources(samples)
         assert glob.glob(os.path.join(paths.captures, "*.pt"))
-    finally:
-        subprocess.run([sys.executable, "-m", "cutover.sandbox", "down", "--state-dir", paths.state_dir], timeout=120)

@@ -19,7 +19,7 @@ from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, nonfinite_cu
 from cutover.plugin.dispatch import verify_site
 from cutover.plugin.graphs import switch_mode
 from kernel_ext.cudagraph import capture_graph
-from tests.gpu.staging import stage_built_library
+from tests.gpu.staging import gpu_sandbox, stage_built_library
 from kernel_ext.testing import make_verify_batch
 
 pytestmark = pytest.mark.gpu
@@ -104,23 +104,10 @@ def test_switching_modes_between_replays_of_one_captured_graph(setup):
 def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
     """The sandbox on the GPU: real kernels, CUDA graphs, one rank; shadow compares, custom serves, down."""
     import json
-    import socket
-    import subprocess
-    import sys
 
     from cutover.hostprotocol.hostlayout import Heartbeat
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    paths = HostPaths(cutover_root=str(tmp_path / "root"), state_dir=str(tmp_path / "state"))
-    release = stage_built_library(paths)
-    common = ["--state-dir", paths.state_dir, "--cutover-root", paths.cutover_root, "--port", str(port),
-              "--ranks", "1", "--device", "cuda", "--layers", "4", "--step-interval", "0.01"]
-    up = subprocess.run([sys.executable, "-m", "cutover.sandbox", "up", *common], capture_output=True, text=True,
-                        timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with gpu_sandbox(tmp_path) as (paths, release):
         def beat() -> Heartbeat:
             with open(paths.heartbeat(0)) as handle:
                 return Heartbeat.from_json(handle.read())
@@ -142,5 +129,3 @@ def test_gpu_sandbox_runs_graphs_and_switches_modes(tmp_path):
             lines = [json.loads(line) for line in handle]
         shadow = [layer for line in lines if line["mode"] == "shadow" for layer in line["layers"].values()]
         assert shadow and max(layer["rel_l2_max"] for layer in shadow) < 1e-2
-    finally:
-        subprocess.run([sys.executable, "-m", "cutover.sandbox", "down", "--state-dir", paths.state_dir], timeout=120)
