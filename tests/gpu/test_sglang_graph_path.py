@@ -7,9 +7,10 @@ metadata of a full batch, a real ``torch.cuda.graph`` around ``forward_extend`` 
 metadata of a padded batch of another size (SGLang's uint8 verify-mask buffer, its int64 ``qo_indptr``), one
 replay, and the real rows against the float64 truth, the layer counters and the gated ``qo_indptr``.
 
-SGLang's CUDA modules import ``sgl_kernel`` at import time (``triton_backend.py``: ``is_arch_support_pdl``;
-the model runner's layernorm, activation, sampler and speculative ops likewise): without it this test skips,
-saying so.
+The steps are tests/sglang_engine/engine.py's, which the CPU test of the same path (tests/sglang_engine/
+test_graph_metadata.py) runs without a graph. SGLang's CUDA modules import ``sgl_kernel`` at import time
+(``triton_backend.py``: ``is_arch_support_pdl``; the model runner's layernorm, activation, sampler and speculative
+ops likewise): without it this test skips, saying so.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ TOLERANCE = 2e-2  # bf16 against float64
 
 @pytest.fixture
 def sglang_on_cuda(tmp_path, monkeypatch):
-    pytest.importorskip("sgl_kernel", reason="SGLang's CUDA modules import sgl_kernel (sglang-kernel, a 373 MB "
-                                             "wheel) at import time; install it to run SGLang's graph path")
+    pytest.importorskip("sgl_kernel", reason="SGLang's CUDA modules import sgl_kernel (the sglang-kernel wheel) at "
+                                             "import time; install a build for this torch to run SGLang's graph path")
     from sglang.srt import plugins
 
     from sglang_engine.engine import enter_single_rank_context
@@ -62,71 +63,40 @@ def request(paths, mode: str, generation: int) -> None:
     wait_for_mode(paths, 0, mode, generation)
 
 
-def padded_step(engine, prefixes: tuple[int, ...], fill: int, seed: int):
-    """A replay step of CAPTURE_BS requests whose slots past ``prefixes`` are padding, as SGLang's graph runner
-    (and its attention kit) makes one: built with ``fill`` prefixes there, then overwritten as production pads."""
-    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
-        _apply_prod_fill_padding)
-
-    from sglang_engine.engine import verify_step
-
-    step = verify_step(engine, prefixes + (fill,) * (CAPTURE_BS - len(prefixes)), DRAFTS, seed=seed)
-    _apply_prod_fill_padding(step.batch, real_bs=len(prefixes), capture_bs=CAPTURE_BS, seq_len_fill_value=fill,
-                             num_tokens_per_req=DRAFTS)
-    return step
-
-
 def test_every_mode_replays_sglangs_captured_verify_graph_against_float64(sglang_on_cuda):
     from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
-    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
-        _init_cuda_graph_capture_metadata, _init_cuda_graph_replay_metadata)
 
-    from sglang_engine.engine import KV_LORA_RANK, build_engine, radix_layer, verify_step
+    from sglang_engine.engine import build_engine, capture_verify_metadata, forward_captured, load_replay
 
     paths = sglang_on_cuda
     engine = build_engine((0,) * CAPTURE_BS, DRAFTS, max_requests=CAPTURE_BS, max_context_len=2048,
                           device="cuda", dtype=torch.bfloat16, cuda_graph=True)
     backend = engine.backend
     assert type(getattr(backend, "_cutover_dispatcher", None)).__name__ == "VerifyDispatcher"
-    backend.init_cuda_graph_state(max_bs=CAPTURE_BS, max_num_tokens=CAPTURE_BS * DRAFTS)
-    fill = backend.get_cuda_graph_seq_len_fill_value()
-    capture = verify_step(engine, (fill,) * CAPTURE_BS, DRAFTS, seed=1)
-    q = {layer: capture.q[layer].clone() for layer in range(engine.layers)}  # the graph's static inputs
-    k = {layer: capture.k[layer].clone() for layer in range(engine.layers)}
     request(paths, "triton", 1)
-    graph, outputs = torch.cuda.CUDAGraph(), {}
+    graph = torch.cuda.CUDAGraph()
     with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
-        _init_cuda_graph_capture_metadata(backend, CAPTURE_BS, capture.batch)
+        captured = capture_verify_metadata(engine, CAPTURE_BS, DRAFTS)
         for _ in range(2):  # warm-up: Triton's JIT, then the capture
-            for layer in range(engine.layers):
-                backend.forward_extend(q[layer], k[layer], k[layer][..., :KV_LORA_RANK], radix_layer(engine, layer),
-                                       capture.batch)
+            forward_captured(engine, captured)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
-            for layer in range(engine.layers):
-                outputs[layer] = backend.forward_extend(q[layer], k[layer], k[layer][..., :KV_LORA_RANK],
-                                                        radix_layer(engine, layer), capture.batch)
+            outputs = forward_captured(engine, captured)
     gated = hooks._runtime.buffers.like("qo_indptr", backend.forward_metadata.qo_indptr)
     assert gated.dtype == backend.forward_metadata.qo_indptr.dtype
 
     for generation, mode in enumerate(("triton", "shadow", "custom", "triton"), start=2):
         prefixes = REPLAY_PREFIXES[generation % 2]
-        step = padded_step(engine, prefixes, fill, seed=generation)
         request(paths, mode, generation)
         before = hooks._runtime.state.read_counters().clone()
         with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
-            _init_cuda_graph_replay_metadata(backend, CAPTURE_BS, step.batch)
-            for layer in range(engine.layers):
-                q[layer].zero_()
-                k[layer].zero_()
-                q[layer][: step.q[layer].shape[0]] = step.q[layer]
-                k[layer][: step.k[layer].shape[0]] = step.k[layer]
+            step = load_replay(engine, captured, prefixes, seed=generation)
             graph.replay()
         torch.cuda.synchronize()
         delta = hooks._runtime.state.read_counters() - before
         rows = len(prefixes) * DRAFTS
         for layer in range(engine.layers):
-            out = outputs[layer].view(-1, engine.num_heads, KV_LORA_RANK)[:rows].double()
+            out = outputs[layer][:rows].double()
             assert (out - step.expected[layer][:rows]).abs().max().item() < TOLERANCE, (mode, layer)
             assert delta[layer, CALLS] == 1, (mode, layer)
             assert delta[layer, COMPARED] == (mode == "shadow"), (mode, layer)

@@ -166,6 +166,63 @@ def run_step(engine: Engine, step: VerifyStep) -> dict:
     return outputs
 
 
+@dataclass
+class CapturedVerify:
+    """What a CUDA graph of one verify step (every layer) captures: the capture-time ForwardBatch, whose buffers
+    (out_cache_loc among them) the graph reads at every replay, and the static q/k inputs."""
+
+    batch: object
+    q: dict
+    k: dict
+    capture_bs: int
+    drafts: int
+
+
+def capture_verify_metadata(engine: Engine, capture_bs: int, drafts: int) -> CapturedVerify:
+    """SGLang's capture-time path for target verify: ``init_cuda_graph_state`` and the capture metadata of a full
+    batch of ``capture_bs`` requests at the backend's fill prefix (call inside a forward_context)."""
+    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
+        _init_cuda_graph_capture_metadata)
+
+    fill = engine.backend.get_cuda_graph_seq_len_fill_value()
+    step = verify_step(engine, (fill,) * capture_bs, drafts, seed=1)
+    _init_cuda_graph_capture_metadata(engine.backend, capture_bs, step.batch)
+    return CapturedVerify(step.batch, {layer: step.q[layer].clone() for layer in step.q},
+                          {layer: step.k[layer].clone() for layer in step.k}, capture_bs, drafts)
+
+
+def forward_captured(engine: Engine, captured: CapturedVerify) -> dict:
+    """Every layer's ``forward_extend`` over the captured inputs (what the graph records, or replays eagerly);
+    layer -> output [N, H, 512]."""
+    outputs = {}
+    for layer in range(engine.layers):
+        k = captured.k[layer]
+        o = engine.backend.forward_extend(captured.q[layer], k, k[..., :KV_LORA_RANK], radix_layer(engine, layer),
+                                          captured.batch)
+        outputs[layer] = o.view(-1, engine.num_heads, KV_LORA_RANK)
+    return outputs
+
+
+def load_replay(engine: Engine, captured: CapturedVerify, prefixes: tuple[int, ...], seed: int) -> VerifyStep:
+    """A step of ``prefixes`` made ready for a replay as SGLang's graph runner makes one: the batch padded to the
+    captured size (built with the fill prefix there, then overwritten as production pads), the replay metadata
+    (call inside a forward_context), and the step's q, k and KV write slots copied into the captured buffers."""
+    from sglang.test.kits.attention_unittest.runner_modes.speculative_cuda_graph_runner import (
+        _apply_prod_fill_padding, _init_cuda_graph_replay_metadata)
+
+    fill = engine.backend.get_cuda_graph_seq_len_fill_value()
+    padding = (fill,) * (captured.capture_bs - len(prefixes))
+    step = verify_step(engine, prefixes + padding, captured.drafts, seed=seed)
+    _apply_prod_fill_padding(step.batch, real_bs=len(prefixes), capture_bs=captured.capture_bs,
+                             seq_len_fill_value=fill, num_tokens_per_req=captured.drafts)
+    _init_cuda_graph_replay_metadata(engine.backend, captured.capture_bs, step.batch)
+    for layer in range(engine.layers):
+        captured.q[layer].copy_(step.q[layer])
+        captured.k[layer].copy_(step.k[layer])
+    captured.batch.out_cache_loc.copy_(step.batch.out_cache_loc)
+    return step
+
+
 class StockSpy:
     """Wraps SGLang's kernel behind the plugin's dispatcher on one backend: records the qo_indptr of every call
     (an all-zero one is the empty extend custom mode gives Triton)."""

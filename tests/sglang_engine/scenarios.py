@@ -10,7 +10,8 @@ from armed import armed_record
 from cutover.hostprotocol.hostlayout import ControlRecord, HostPaths, atomic_write_text, read_heartbeat
 from cutover.plugin import hooks
 from cutover.plugin.devicestate import CALLS, COMPARED, REL_L2_MAX, SERVED
-from sglang_engine.engine import StockSpy, build_engine, run_step, verify_step, wait_for_mode
+from sglang_engine.engine import (StockSpy, build_engine, capture_verify_metadata, forward_captured, load_replay,
+                                  run_step, verify_step, wait_for_mode)
 
 RANK = 0
 # (prefixes, draft tokens per request): mixed prefixes with a zero one, trees up to the kernel's 64 tokens
@@ -82,3 +83,43 @@ def draft_verify_beside_target() -> dict:
     return {"draft_kernel_wrapped": hasattr(draft.backend, "_cutover_dispatcher"), "draft_error": draft_error,
             "target_error": target_error, "before": before, "after_draft": after_draft,
             "after_target": layer_counters(target.layers)}
+
+
+GRAPH_CAPTURE_BS, GRAPH_DRAFTS = 4, 16
+GRAPH_REPLAYS = ((0, 70, 33), (90, 0))  # real requests per replay, each padded to GRAPH_CAPTURE_BS
+
+
+def graph_metadata_round_trip() -> dict:
+    """SGLang's CUDA-graph metadata path for target verify without a graph (the CPU has none): the capture metadata
+    of a full batch, then per mode a padded step of another size loaded as the graph runner loads one and every
+    layer run over the captured batch, as a replay runs it. Per mode: the error of the real rows against the float64
+    truth, the per-layer counter deltas, and whether SGLang's kernel got the backend's qo_indptr (or, in custom,
+    an empty extend)."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    engine = build_engine((0,) * GRAPH_CAPTURE_BS, GRAPH_DRAFTS, max_requests=GRAPH_CAPTURE_BS,
+                          max_context_len=128, cuda_graph=True)
+    spy = StockSpy(engine.backend)
+    request("triton")
+    with forward_context(ForwardContext(attn_backend=engine.backend)):
+        captured = capture_verify_metadata(engine, GRAPH_CAPTURE_BS, GRAPH_DRAFTS)
+    results = []
+    for index, mode in enumerate(("triton", "shadow", "custom", "triton")):
+        request(mode)
+        prefixes = GRAPH_REPLAYS[index % 2]
+        before = layer_counters(engine.layers)
+        with forward_context(ForwardContext(attn_backend=engine.backend)):
+            step = load_replay(engine, captured, prefixes, seed=index + 2)
+            outputs = forward_captured(engine, captured)
+        rows = len(prefixes) * GRAPH_DRAFTS
+        after = layer_counters(engine.layers)
+        metadata_qo = engine.backend.forward_metadata.qo_indptr.tolist()
+        results.append({
+            "mode": mode,
+            "error": max((outputs[layer][:rows].double() - step.expected[layer][:rows]).abs().max().item()
+                         for layer in outputs),
+            "delta": {layer: {key: after[layer][key] - before[layer][key] for key in ("calls", "served", "compared")}
+                      for layer in after},
+            "stock_qo_indptrs": spy.take(), "metadata_qo_indptr": metadata_qo,
+        })
+    return {"qo_dtype": str(engine.backend.forward_metadata.qo_indptr.dtype), "modes": results}
