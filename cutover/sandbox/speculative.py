@@ -3,8 +3,11 @@
 SGLang exports `sglang:generation_tokens_total` (a counter of generated tokens) and `sglang:spec_accept_length`
 (a gauge: the mean tokens each request accepts per verify step, over the scheduler's last log interval) once
 per server. The sandbox has no model and no draft to accept: each request of a verify step accepts 1 to
-log2(tree size) + 1 tokens, drawn at random, so the figures move with the traffic (batch sizes, tree sizes,
-steps per second) the way a server's do. Rank 0 records them, as only SGLang's first scheduler logs its stats.
+log2(tree size) + 1 tokens, drawn at random, so the token rate moves with the traffic (batch sizes, tree sizes,
+steps per second) the way a server's does. The accept length is the running mean since the rank started, logged
+every ACCEPT_LOG_STEPS steps: the sandbox's kernel never changes what a draft accepts, so the figure holds still
+across a flip instead of drifting with the random tree mix (which would trip the promote watch's accept-length
+floor). Rank 0 records them, as only SGLang's first scheduler logs its stats.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class SpeculativeStats:
                                    "The average acceptance length of speculative decoding.",
                                    multiprocess_mode="mostrecent", registry=self.registry)
         self.rng = random.Random(seed)
-        self.accepted = 0  # tokens accepted since the gauge was last set
+        self.accepted = 0  # tokens accepted since the rank started
         self.verified = 0  # requests verified since then
         self.steps = 0
 
@@ -45,4 +48,3 @@ class SpeculativeStats:
         self.steps += 1
         if self.steps % ACCEPT_LOG_STEPS == 0:
             self.accept_length.set(self.accepted / self.verified)
-            self.accepted = self.verified = 0

@@ -24,6 +24,15 @@ def test_each_request_of_a_step_accepts_one_to_the_trees_depth_plus_one_tokens()
     assert accept == tokens / (2 * ACCEPT_LOG_STEPS) and 1 < accept < 4
 
 
+def test_the_accept_length_is_the_running_mean_since_the_rank_started():
+    stats = SpeculativeStats(seed=7)
+    for step in range(3 * ACCEPT_LOG_STEPS):
+        stats.record(tree_size=64 if step % 3 else 4, requests=1 + step % 5)  # a mix of trees and batch sizes
+    tokens, accept = values(stats)
+    requests = sum(1 + step % 5 for step in range(3 * ACCEPT_LOG_STEPS))
+    assert accept == tokens / requests
+
+
 def test_larger_trees_accept_more_tokens():
     small, large = SpeculativeStats(seed=5), SpeculativeStats(seed=5)
     for _ in range(ACCEPT_LOG_STEPS):
